@@ -1,0 +1,52 @@
+# torchhpc — the README's commands.
+#   make demo    set up if needed, then the quick tour of every system (writes runs/demo/<id>/)
+#   make test    set up if needed, then lint and the whole test suite
+#   make bench   set up if needed, then every benchmark against its anchor
+#   make setup   create .venv and install everything (idempotent; instant when nothing changed)
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.torchhpc-setup
+
+# Pinned versions: the set this suite is tested with.
+TORCH := torch==2.13.0
+# fbgemm-gpu has a CPU wheel; take the CUDA one where a GPU driver is present.
+FBGEMM := $(if $(shell command -v nvidia-smi 2>/dev/null),fbgemm-gpu==1.8.0,fbgemm-gpu-cpu==1.8.0)
+PINS := triton==3.7.1 numpy==2.4.6 pyyaml==6.0.4 tqdm==4.70.1 matplotlib==3.11.2 \
+        gymnasium==1.4.0 deepspeed==0.19.8 pyscf==2.14.0 scipy==1.17.1 \
+        pytest==9.2.0 ruff==0.17.6 \
+        $(FBGEMM) tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 iopath==0.1.10
+# torchrec names the CUDA fbgemm-gpu wheel as a dependency, so it goes in with --no-deps.
+TORCHREC := torchrec==1.8.0
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export OMP_NUM_THREADS ?= 2
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH) $(PINS)
+	$(PY) -m pip install -q --no-deps $(TORCHREC)
+	$(PY) -m pip install -q --no-deps -e .
+	@$(PY) -c "import torch, torchrec, triton, gymnasium; print('torchhpc setup ok: torch', torch.__version__, '| triton', triton.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '1.8.0')"
+	@touch $(STAMP)
+
+lint: setup
+	$(PY) -m ruff check .
+
+test: setup lint
+	$(PY) -m pytest -q
+
+demo: setup
+	$(VENV)/bin/torchhpc demo --config configs/demo/default.yaml
+
+bench: setup
+	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

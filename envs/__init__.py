@@ -1,0 +1,1 @@
+"""torchhpc.envs: Gymnasium environments (registered under the ``torchhpc/`` namespace)."""

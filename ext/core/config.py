@@ -1,0 +1,389 @@
+"""Typed YAML configs.
+
+A job's configuration is one tree of dataclasses.  Each field documents itself
+with :func:`option` (a help line and, where it makes sense, a range or a set
+of choices).  :func:`load_config` reads a YAML file into that tree and applies
+``--set a.b=value`` overrides, checking every key and value on the way:
+
+* an unknown key, a missing required key, a wrong type, a value out of range
+  or a missing file is a :class:`~torchhpc.ext.core.errors.ConfigError` whose
+  one-line message names the file (or ``--set``) and the dotted key;
+* precedence is command line > config file > dataclass defaults;
+* ``__post_init__`` may check relations between fields and raise
+  ``ConfigError`` naming the option to change.
+
+Example::
+
+    @dataclass
+    class Optim:
+        lr: float = option(3e-4, help="learning rate", gt=0)
+
+    @dataclass
+    class Job:
+        optim: Optim = option(default_factory=Optim, help="optimizer")
+        epochs: int = option(10, help="passes over the data", ge=1)
+
+    cfg = load_config(Job, "configs/x/debug.yaml", ["optim.lr=1e-3"])
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+import yaml
+
+from .errors import ConfigError
+
+T = TypeVar("T")
+
+_MISSING = dataclasses.MISSING
+
+
+def option(
+    default: Any = _MISSING,
+    *,
+    default_factory: Any = _MISSING,
+    help: str = "",
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    choices: Sequence[Any] | None = None,
+) -> Any:
+    """A documented, range-checked dataclass field.
+
+    Args:
+        default / default_factory: as for :func:`dataclasses.field`; neither means required.
+        help: one line shown by ``torchhpc <system> ... --help`` and in error messages.
+        ge, gt, le, lt: inclusive / exclusive bounds for numbers (checked on load).
+        choices: the allowed values (checked on load).
+    """
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None}
+    if default_factory is not _MISSING:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+# ----------------------------------------------------------------------------- type checking
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin in (list, tuple, dict):
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in typing.get_args(tp) if a is not Ellipsis)}]"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+class _Bad(Exception):
+    """Internal: a value does not fit a type (message completed by the caller)."""
+
+
+def _coerce(value: Any, tp: Any, where: str, key: str) -> Any:
+    """Convert a YAML value to ``tp`` or raise ConfigError naming ``where`` and ``key``."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: key '{key}' must be a mapping of options, got {type(value).__name__}")
+        return _from_mapping(tp, value, where, key + ".")
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where, key)
+            except ConfigError as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        raise ConfigError(f"{where}: key '{key}' must be {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        return value
+    if origin in (list, tuple) or tp in (list, tuple):
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise ConfigError(f"{where}: key '{key}' must be a list, got {value!r}")
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        elem = args[0] if args else Any
+        items = [_coerce(v, elem, where, f"{key}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin is tuple or tp is tuple) else items
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: key '{key}' must be a mapping, got {value!r}")
+        args = typing.get_args(tp)
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _coerce(v, vt, where, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: key '{key}' must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{where}: key '{key}' must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{where}: key '{key}' must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise ConfigError(f"{where}: key '{key}' must be a string, got {value!r}")
+    if tp is Path:
+        if isinstance(value, (str, Path)):
+            return Path(value)
+        raise ConfigError(f"{where}: key '{key}' must be a path, got {value!r}")
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    raise ConfigError(f"{where}: key '{key}' must be {_type_name(tp)}, got {value!r}")
+
+
+def _check_range(value: Any, meta: Mapping[str, Any], where: str, key: str) -> None:
+    if value is None:
+        return
+    choices = meta.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"{where}: key '{key}' must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    if isinstance(value, float) and math.isnan(value):
+        raise ConfigError(f"{where}: key '{key}' must be a number, got nan")
+    for name, ok, sign in (
+        ("ge", lambda v, b: v >= b, ">="),
+        ("gt", lambda v, b: v > b, ">"),
+        ("le", lambda v, b: v <= b, "<="),
+        ("lt", lambda v, b: v < b, "<"),
+    ):
+        bound = meta.get(name)
+        if bound is not None and not ok(value, bound):
+            raise ConfigError(f"{where}: key '{key}' = {value!r} is out of range (must be {sign} {bound})")
+
+
+def _from_mapping(cls: type[T], data: Mapping[str, Any], where: str, prefix: str = "") -> T:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for k in data:
+        if k not in fields:
+            valid = ", ".join(sorted(fields)) or "(none)"
+            raise ConfigError(f"{where}: unknown key '{prefix}{k}' (valid keys here: {valid})")
+    kwargs = {}
+    for name, f in fields.items():
+        key = prefix + name
+        if name in data:
+            value = _coerce(data[name], hints[name], where, key)
+            _check_range(value, f.metadata, where, key)
+            kwargs[name] = value
+        elif f.default is _MISSING and f.default_factory is _MISSING:
+            raise ConfigError(f"{where}: missing required key '{key}'")
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        msg = str(exc)
+        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping from ``path`` (an empty file is ``{}``).
+
+    Raises:
+        ConfigError: the file is missing, is not valid YAML, or is not a mapping.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: config file not found")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{p}: not valid YAML{at}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a config file must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """Split ``"a.b=value"`` into ``(["a", "b"], value)``; the value is parsed as YAML.
+
+    Raises:
+        ConfigError: no ``=`` or an empty key.
+    """
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. --set train.lr=1e-3")
+    key, raw = item.split("=", 1)
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {item}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def _check_override_path(cls: type, parts: list[str], item: str) -> None:
+    """Fail early, naming the key, when an override's path does not exist in ``cls``."""
+    tp: Any = cls
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(tp):
+            raise ConfigError(f"--set {item}: '{'.'.join(parts[:i])}' is not a section")
+        names = {f.name for f in dataclasses.fields(tp)}
+        if part not in names:
+            where = ".".join(parts[:i]) or "the top level"
+            raise ConfigError(
+                f"--set {item}: unknown key '{'.'.join(parts[: i + 1])}' "
+                f"(valid keys in {where}: {', '.join(sorted(names))})"
+            )
+        tp = typing.get_type_hints(tp)[part]
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            inner = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+            tp = inner[0] if inner else tp
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """Build ``cls`` from defaults, then the YAML file ``path``, then ``overrides``.
+
+    Args:
+        cls: the top-level config dataclass.
+        path: a YAML file (``None`` = defaults only).
+        overrides: ``"a.b=value"`` strings, applied in order (``--set``).
+
+    Raises:
+        ConfigError: missing file, invalid YAML, unknown key, wrong type or value out of range;
+            the message names the file (or ``--set``) and the dotted key.
+    """
+    data = read_yaml(path) if path is not None else {}
+    where = str(path) if path is not None else "<defaults>"
+    if overrides:
+        # Overrides are validated on their own first so that the error names --set, not the file.
+        for item in overrides:
+            parts, value = parse_override(item)
+            _check_override_path(cls, parts, item)
+            one: dict[str, Any] = {}
+            node = one
+            for p in parts[:-1]:
+                node = node.setdefault(p, {})
+            node[parts[-1]] = value
+            _coerce_partial(cls, one, f"--set {item}")
+            _merge(data, one)
+        where = f"{where} (with --set overrides)" if path is not None else "--set"
+    return _from_mapping(cls, data, where)
+
+
+def _coerce_partial(cls: type, data: Mapping[str, Any], where: str, prefix: str = "") -> None:
+    """Type- and range-check the keys present in ``data`` against ``cls`` (no required keys)."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for k, v in data.items():
+        tp = hints[k]
+        inner = tp
+        if typing.get_origin(tp) in (Union, types.UnionType):
+            dcs = [a for a in typing.get_args(tp) if dataclasses.is_dataclass(a)]
+            inner = dcs[0] if dcs and isinstance(v, Mapping) else tp
+        if dataclasses.is_dataclass(inner) and isinstance(v, Mapping):
+            _coerce_partial(inner, v, where, prefix + k + ".")
+        else:
+            value = _coerce(v, tp, where, prefix + k)
+            _check_range(value, fields[k].metadata, where, prefix + k)
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
+    for k, v in extra.items():
+        if isinstance(v, Mapping) and isinstance(base.get(k), dict):
+            _merge(base[k], v)
+        else:
+            base[k] = v
+
+
+def config_to_dict(cfg: Any) -> dict[str, Any]:
+    """The config as plain YAML-friendly data (tuples become lists, paths strings)."""
+
+    def plain(x: Any) -> Any:
+        if dataclasses.is_dataclass(x):
+            return {f.name: plain(getattr(x, f.name)) for f in dataclasses.fields(x)}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, Path):
+            return str(x)
+        return x
+
+    return plain(cfg)
+
+
+def dump_config(cfg: Any) -> str:
+    """The resolved config as YAML text (what each run saves as ``config.yaml``)."""
+    return yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+
+
+def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
+    """``(dotted key, type, default, help)`` for every option of ``cls``, depth first."""
+    rows = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe(tp, prefix + f.name + "."))
+            continue
+        if f.default is not _MISSING:
+            default = f.default
+        elif f.default_factory is not _MISSING:
+            default = f.default_factory()
+        else:
+            default = "(required)"
+        rows.append((prefix + f.name, _type_name(tp), default, f.metadata.get("help", "")))
+    return rows
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, default: str | None = None) -> None:
+    """Add ``--config FILE`` and repeatable ``--set KEY=VALUE`` to a job's parser."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=default,
+        help="YAML config file" + (f" (default: {default})" if default else ""),
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one option, e.g. --set train.lr=1e-3 (repeatable; beats the file)",
+    )

@@ -1,0 +1,115 @@
+"""torch.distributed from the torchrun environment.
+
+``torchrun --nproc-per-node N -m torchhpc.trainers.<job>`` sets ``RANK``,
+``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``; this
+module turns them into an initialised default process group (gloo on CPU,
+NCCL on CUDA) and tears it down again.  Without those variables a job runs as
+a single process and no process group is created.
+
+    with distributed() as ctx:          # DistContext(rank, world_size, local_rank, device, backend)
+        ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .device import pick_device
+from .errors import DistributedError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None
+    """``gloo``/``nccl`` when a process group is initialised; ``None`` for a single process."""
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def initialized(self) -> bool:
+        return self.backend is not None
+
+
+def launched_by_torchrun() -> bool:
+    """True when the torchrun variables (``RANK`` and ``WORLD_SIZE``) are set."""
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def init_distributed(
+    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0
+) -> DistContext:
+    """Initialise the default process group from the torchrun environment.
+
+    Args:
+        device: ``auto`` (CUDA if present), ``cpu`` or ``cuda``; with CUDA each process
+            takes ``cuda:LOCAL_RANK``.
+        backend: ``gloo`` or ``nccl``; default gloo on CPU, NCCL on CUDA.
+        timeout_s: collective timeout: a peer that died makes the others fail after this
+            long instead of hanging.
+
+    Returns:
+        The :class:`DistContext`; a single-process context when not launched by torchrun.
+
+    Raises:
+        DistributedError: a malformed torchrun environment or a backend that does not fit the device.
+    """
+    if not launched_by_torchrun():
+        return DistContext(0, 1, 0, pick_device(device), None)
+    try:
+        rank = int(os.environ["RANK"])
+        world = int(os.environ["WORLD_SIZE"])
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    except ValueError as exc:
+        raise DistributedError(f"malformed torchrun environment: {exc}") from None
+    dev = pick_device(device)
+    if dev.type == "cuda":
+        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+    backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
+    if backend == "nccl" and dev.type != "cuda":
+        raise DistributedError("backend 'nccl' needs CUDA devices; use gloo on the CPU")
+    if not dist.is_initialized():
+        kwargs = {"backend": backend, "timeout": datetime.timedelta(seconds=timeout_s)}
+        if dev.type == "cuda":
+            kwargs["device_id"] = dev
+        dist.init_process_group(**kwargs)
+    return DistContext(rank, world, local_rank, dev, backend)
+
+
+def teardown_distributed() -> None:
+    """Destroy the default process group if there is one (safe to call twice)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def distributed(
+    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0
+) -> Iterator[DistContext]:
+    """Context manager: :func:`init_distributed` on entry, :func:`teardown_distributed` on exit."""
+    ctx = init_distributed(device, backend, timeout_s)
+    try:
+        yield ctx
+    finally:
+        teardown_distributed()
+
+
+def barrier(ctx: DistContext) -> None:
+    """A barrier that is a no-op for a single process."""
+    if ctx.initialized:
+        dist.barrier()

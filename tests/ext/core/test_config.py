@@ -1,0 +1,116 @@
+"""Typed YAML configs: loading, overrides, and one-line errors that name the file and the key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from torchhpc.ext.core.config import describe, dump_config, load_config, option
+from torchhpc.ext.core.errors import ConfigError
+
+
+@dataclass
+class Optim:
+    lr: float = option(3e-4, help="learning rate", gt=0)
+    betas: list[float] = option(default_factory=lambda: [0.9, 0.999], help="Adam betas")
+    kind: Literal["adam", "sgd"] = option("adam", help="optimizer")
+
+
+@dataclass
+class Job:
+    name: str = option("job", help="a name")
+    epochs: int = option(10, help="epochs", ge=1, le=1000)
+    backfill: str = option("none", choices=["none", "easy"])
+    seed: int | None = option(None, help="seed")
+    optim: Optim = field(default_factory=Optim)
+
+    def __post_init__(self):
+        if self.epochs > 500 and self.optim.kind == "sgd":
+            raise ConfigError("epochs: more than 500 epochs needs kind adam")
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_defaults_file_and_overrides_take_precedence_in_order(tmp_path):
+    """Defaults < file < --set, nested keys and YAML-typed values."""
+    p = write(tmp_path, "epochs: 20\noptim:\n  lr: 0.01\n")
+    cfg = load_config(Job, p, ["optim.lr=1e-3", "seed=7", "optim.betas=[0.5, 0.6]"])
+    assert cfg.epochs == 20 and cfg.optim.lr == pytest.approx(1e-3) and cfg.seed == 7
+    assert cfg.optim.betas == [0.5, 0.6] and cfg.optim.kind == "adam" and cfg.name == "job"
+    assert load_config(Job).epochs == 10
+
+
+def test_float_written_without_dot_is_accepted(tmp_path):
+    """YAML 1.1 reads 1e-3 as a string; a float option still takes it."""
+    assert load_config(Job, write(tmp_path, "optim:\n  lr: 1e-3\n")).optim.lr == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("epochz: 3\n", ["unknown key 'epochz'", "epochs"]),
+        ("optim:\n  learning_rate: 3\n", ["unknown key 'optim.learning_rate'"]),
+        ("epochs: three\n", ["'epochs'", "integer"]),
+        ("epochs: 0\n", ["'epochs'", "out of range", ">= 1"]),
+        ("optim:\n  lr: -1\n", ["'optim.lr'", "> 0"]),
+        ("optim:\n  kind: rmsprop\n", ["'optim.kind'", "'adam'"]),
+        ("backfill: conservative\n", ["'backfill'", "'easy'"]),
+        ("optim: 3\n", ["'optim'", "mapping"]),
+        ("epochs: true\n", ["'epochs'", "integer"]),
+        ("- a\n- b\n", ["mapping"]),
+        ("epochs: [1\n", ["not valid YAML", "line"]),
+        ("epochs: 600\noptim:\n  kind: sgd\n", ["epochs", "adam"]),
+    ],
+)
+def test_bad_files_give_one_line_naming_file_and_key(tmp_path, text, words):
+    """Each mistake raises ConfigError with one line that names the file and the key."""
+    p = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(Job, p)
+    msg = str(err.value)
+    assert "\n" not in msg and str(p) in msg
+    for w in words:
+        assert w in msg, (w, msg)
+
+
+@pytest.mark.parametrize(
+    "item, words",
+    [
+        ("optim.lrr=1", ["--set optim.lrr=1", "unknown key 'optim.lrr'"]),
+        ("epochs=-2", ["--set epochs=-2", "out of range"]),
+        ("epochs", ["KEY=VALUE"]),
+        ("name.x=1", ["not a section"]),
+    ],
+)
+def test_bad_overrides_name_the_override(item, words):
+    """A bad --set is blamed on the override, not on the file."""
+    with pytest.raises(ConfigError) as err:
+        load_config(Job, None, [item])
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_missing_file():
+    """A missing config file is a ConfigError naming the path."""
+    with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
+        load_config(Job, "nope.yaml")
+
+
+def test_dump_round_trips(tmp_path):
+    """The saved resolved config loads back to an equal config."""
+    cfg = load_config(Job, None, ["optim.lr=0.5", "seed=3"])
+    p = write(tmp_path, dump_config(cfg))
+    assert load_config(Job, p) == cfg
+
+
+def test_describe_lists_every_option():
+    """describe() gives dotted keys with types, defaults and help."""
+    rows = {r[0]: r for r in describe(Job)}
+    assert rows["optim.lr"][2] == 3e-4 and rows["optim.lr"][3] == "learning rate"
+    assert "epochs" in rows and "optim.betas" in rows

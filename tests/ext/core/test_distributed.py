@@ -1,0 +1,74 @@
+"""torch.distributed set-up from the torchrun environment, checked with real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from torchhpc.ext.core.device import pick_device
+from torchhpc.ext.core.distributed import distributed
+from torchhpc.ext.core.errors import InputError
+
+
+def test_single_process_without_torchrun(monkeypatch):
+    """Outside torchrun a job is one process and no process group is created."""
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with distributed(device="cpu") as ctx:
+        assert (ctx.rank, ctx.world_size, ctx.initialized) == (0, 1, False)
+        assert not torch.distributed.is_initialized()
+
+
+def test_pick_device():
+    """auto picks CUDA only when present; an unusable request is a clear error."""
+    assert pick_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert pick_device("cpu") == torch.device("cpu")
+    with pytest.raises(InputError, match="unknown device"):
+        pick_device("tpu:0:x")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA device"):
+            pick_device("cuda")
+
+
+def _torchrun(args, timeout):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.distributed
+def test_torchrun_two_ranks_allreduce_and_uneven_alltoall():
+    """torchrun --standalone --nproc-per-node 2 on loopback: all-reduce and uneven all-to-all are exact."""
+    res = _torchrun(["-m", "torchhpc.trainers.distcheck", "--device", "cpu"], timeout=180)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    assert len(lines) == 1 and lines[0]["world_size"] == 2 and lines[0]["all_ranks_ok"]
+    reports = lines[0]["ranks"]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert all(r["backend"] == "gloo" and r["all_reduce"] and r["all_to_all_uneven"] for r in reports)
+    assert [r["received"] for r in reports] == [1 + 2, 2 + 3]  # rank r receives s + r + 1 from each s
+
+
+@pytest.mark.distributed
+def test_a_dead_rank_fails_the_job_instead_of_hanging(tmp_path):
+    """When one rank dies, the job exits non-zero within the timeout rather than hanging."""
+    script = tmp_path / "die.py"
+    script.write_text(
+        "import os, sys, torch, torch.distributed as dist\n"
+        "from torchhpc.ext.core.distributed import distributed\n"
+        "with distributed(device='cpu', timeout_s=20) as ctx:\n"
+        "    if ctx.rank == 1:\n"
+        "        os._exit(3)\n"
+        "    t = torch.ones(1)\n"
+        "    dist.all_reduce(t)\n"
+    )
+    t0 = time.time()
+    res = _torchrun([str(script)], timeout=120)
+    assert res.returncode != 0
+    assert time.time() - t0 < 90

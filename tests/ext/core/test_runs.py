@@ -1,0 +1,106 @@
+"""Run folders: config, metrics, summary, plots, and atomic resumable checkpoints."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+import torch
+import yaml
+
+from torchhpc.ext.core import runs as runs_mod
+from torchhpc.ext.core.config import option
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.runs import Run, atomic_write_text
+
+
+@dataclass
+class Cfg:
+    lr: float = option(0.1)
+
+
+def test_run_folder_layout(tmp_path):
+    """A run writes config.yaml, metrics.jsonl, summary.json and a PNG under runs/<system>/<id>/."""
+    run = Run("sched", Cfg(), root=tmp_path, run_id="r1")
+    for step in range(5):
+        run.log(step, loss=1.0 / (step + 1), reward=torch.tensor(float(step)))
+    run.write_summary({"best": 0.2})
+    run.write_summary({"final": 0.2})
+    png = run.plot_metrics(["loss", "reward"], "curve.png")
+    d = tmp_path / "sched" / "r1"
+    assert yaml.safe_load((d / "config.yaml").read_text()) == {"lr": 0.1}
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(5)) and rows[4]["reward"] == 4.0
+    assert json.loads((d / "summary.json").read_text()) == {"best": 0.2, "final": 0.2}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_new_run_refuses_to_overwrite_and_resume_needs_a_run(tmp_path):
+    """Starting over an existing run, or resuming a missing one, is a clear error."""
+    Run("x", Cfg(), root=tmp_path, run_id="a")
+    with pytest.raises(InputError, match="already holds a run"):
+        Run("x", Cfg(), root=tmp_path, run_id="a")
+    with pytest.raises(InputError, match="does not exist"):
+        Run("x", Cfg(), root=tmp_path, run_id="b", resume=True)
+
+
+def test_checkpoint_resume_keeps_the_newest_and_truncates_metrics(tmp_path):
+    """Resume loads the newest checkpoint; only `keep` files stay; later metric rows are dropped."""
+    run = Run("x", Cfg(), root=tmp_path, run_id="a")
+    model = torch.nn.Linear(3, 2)
+    for step in range(1, 6):
+        run.log(step, loss=float(step))
+        run.save_checkpoint({"model": model.state_dict(), "step_value": step}, step, keep=2)
+    run.log(6, loss=6.0)  # logged after the last checkpoint, then the job "crashes"
+    files = sorted(p.name for p in run.ckpt_dir.iterdir())
+    assert files == ["ckpt-00000004.pt", "ckpt-00000005.pt"]
+    again = Run("x", Cfg(lr=0.2), root=tmp_path, run_id="a", resume=True)
+    step, state = again.load_checkpoint()
+    assert step == 5 and state["step_value"] == 5
+    assert torch.equal(state["model"]["weight"], model.weight.detach())
+    again.truncate_metrics(step)
+    assert [r["step"] for r in again.metrics()] == [1, 2, 3, 4, 5]
+    assert (again.dir / "config.previous.yaml").exists()
+
+
+def test_crash_during_checkpoint_leaves_the_last_good_one(tmp_path, monkeypatch):
+    """A failure while writing a checkpoint leaves the previous file intact and no temp file."""
+    run = Run("x", None, root=tmp_path, run_id="a")
+    run.save_checkpoint({"v": torch.ones(3)}, 1)
+
+    def exploding_save(obj, fh):
+        fh.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(runs_mod.torch, "save", exploding_save)
+    with pytest.raises(OSError):
+        run.save_checkpoint({"v": torch.zeros(3)}, 2)
+    monkeypatch.undo()
+    assert sorted(p.name for p in run.ckpt_dir.iterdir()) == ["ckpt-00000001.pt"]
+    step, state = run.load_checkpoint()
+    assert step == 1 and torch.equal(state["v"], torch.ones(3))
+
+
+def test_sharded_checkpoints_and_corrupt_file(tmp_path):
+    """Per-rank shards are separate files; a corrupt checkpoint is an InputError, not a traceback."""
+    r1 = Run("x", None, root=tmp_path, run_id="a", rank=1)
+    r1.save_checkpoint({"w": 1}, 3, shard=1)
+    assert r1.save_checkpoint({"w": 1}, 3) is None  # non-zero ranks write no shared checkpoint
+    run = Run("x", None, root=tmp_path, run_id="a", resume=True)
+    assert run.latest_checkpoint() is None and run.latest_checkpoint(shard=1).name == "ckpt-00000003.rank1.pt"
+    bad = run.ckpt_dir / "ckpt-00000009.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(InputError, match="cannot read checkpoint"):
+        run.load_checkpoint()
+
+
+def test_torn_metrics_line_is_ignored(tmp_path):
+    """A half-written last metrics line (a crash mid-write) does not break reading the log."""
+    run = Run("x", None, root=tmp_path, run_id="a")
+    run.log(1, a=1)
+    with open(run.dir / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 2, "a"')
+    assert [r["step"] for r in run.metrics()] == [1]
+    atomic_write_text(run.dir / "note.txt", "hello")
+    assert (run.dir / "note.txt").read_text() == "hello"

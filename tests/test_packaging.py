@@ -1,0 +1,52 @@
+"""The layout and packaging contract of ../shared/DESIGN.md."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CODE = {"ext": "torchhpc.ext", "triton_kernels": "torchhpc.triton_kernels", "trainers": "torchhpc.trainers",
+        "envs": "torchhpc.envs"}
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_root_holds_the_suite_folders():
+    """The repository root has the folders and files the design names."""
+    for name in [*CODE, "configs", "tests", "benchmarks", "pyproject.toml", "Makefile", "README.md", ".ci/run"]:
+        assert (REPO / name).exists(), name
+
+
+def test_every_code_package_is_listed_in_pyproject():
+    """Each folder with an __init__.py is a listed package (else a wheel would silently miss it)."""
+    cfg = _pyproject()["tool"]["setuptools"]
+    assert cfg["package-dir"] == {pkg: folder for folder, pkg in CODE.items()}
+    listed = set(cfg["packages"])
+    found = set()
+    for folder, prefix in CODE.items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / folder)
+            found.add(".".join([prefix, *rel.parts]))
+    assert found == listed
+
+
+def test_namespace_imports_and_console_script():
+    """torchhpc.* imports from the install and the console script points at the CLI."""
+    for mod in CODE.values():
+        importlib.import_module(mod)
+    assert _pyproject()["project"]["scripts"]["torchhpc"] == "torchhpc.trainers.cli:main"
+    from torchhpc.trainers.cli import main
+
+    assert callable(main)
+
+
+def test_ext_never_imports_trainers():
+    """The dependency direction is one way: nothing in ext/ imports torchhpc.trainers."""
+    pattern = re.compile(r"^\s*(from|import)\s+torchhpc\.trainers", re.M)
+    offenders = [p for p in (REPO / "ext").rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []

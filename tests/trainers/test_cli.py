@@ -1,0 +1,71 @@
+"""The torchhpc command: help, the demo end to end, and one-line errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_commands(cli):
+    """torchhpc --help works and names the systems' commands."""
+    res = cli("--help")
+    assert res.returncode == 0
+    for word in ("demo", "distcheck", "sched", "Not yet available"):
+        assert word in res.stdout
+
+
+def test_demo_help(cli):
+    """torchhpc demo --help documents --config and --set."""
+    res = cli("demo", "--help")
+    assert res.returncode == 0 and "--config" in res.stdout and "--set" in res.stdout
+
+
+def test_demo_writes_a_run_folder(cli, tmp_path):
+    """The demo (what make demo runs) completes and writes config, summary, metrics and a plot."""
+    res = cli("demo", "--config", str(REPO / "configs/demo/default.yaml"), "--set", f"run.root={tmp_path}",
+              "--set", "kraken.batch=64", "--set", "kraken.rows=500", "--set", "kraken.repeats=2",
+              "--set", "run.run_id=t1", "--set", "run.progress=false")
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = tmp_path / "demo" / "t1"
+    summary = json.loads((d / "summary.json").read_text())
+    assert summary["ok"] is True
+    assert summary["kraken"]["matches_torchrec"] is True and summary["kraken"]["max_abs_diff_forward"] < 1e-5
+    assert (d / "config.yaml").read_text().count("batch: 64") == 1
+    assert (d / "metrics.jsonl").exists() and (d / "kraken_pooling.png").exists()
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["demo", "--set", "kraken.bogus=1"], ["unknown key 'kraken.bogus'"]),
+        (["demo", "--config", "CONFIG"], ["unknown key 'stepz'", "bad.yaml"]),
+        (["demo", "--config", "does/not/exist.yaml"], ["does/not/exist.yaml: config file not found"]),
+        (["demo", "--set", "kraken.batch=0"], ["'kraken.batch'", "out of range"]),
+        (["demo", "--set", "steps=[nope]"], ["unknown step 'nope'"]),
+        (["demo", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+        (["nosuchcommand"], ["invalid choice"]),
+    ],
+)
+def test_bad_input_gives_one_line_and_nonzero_exit(cli, tmp_path, args, words):
+    """Invalid configs and arguments exit non-zero with one clear line on stderr, no traceback."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("stepz: [kraken]\n")
+    args = [str(bad) if a == "CONFIG" else a for a in args]
+    res = cli(*args, "--set", f"run.root={tmp_path}") if args[0] == "demo" and "--frobnicate" not in args \
+        else cli(*args)
+    assert res.returncode != 0
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1, res.stderr
+    assert "Traceback" not in res.stderr
+    for w in words:
+        assert w in err[0], (w, err[0])
+
+
+def test_debug_shows_the_traceback(cli, tmp_path):
+    """--debug re-raises so a developer sees where an error came from."""
+    res = cli("demo", "--debug", "--set", "kraken.bogus=1")
+    assert res.returncode != 0 and "Traceback" in res.stderr and "ConfigError" in res.stderr

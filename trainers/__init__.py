@@ -1,0 +1,1 @@
+"""torchhpc.trainers: runnable jobs (``python -m`` / ``torchrun -m``) and the ``torchhpc`` CLI."""

@@ -1,0 +1,61 @@
+"""The ``torchhpc`` command.
+
+Each system registers its subcommands through a ``register(subparsers)`` function
+in its trainer module (listed in :data:`COMMANDS`); modules keep their heavy
+imports inside the command functions so that ``torchhpc --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .common import ArgumentParser, run_main
+
+#: (command, module with ``register(subparsers)``) in the order ``--help`` lists them.
+COMMANDS: list[tuple[str, str]] = [
+    ("demo", "torchhpc.trainers.demo"),
+    ("distcheck", "torchhpc.trainers.distcheck"),
+]
+
+#: Systems of the suite that have no command yet (see the README's roadmap).
+PLANNED = ["sched", "kraken (trainer)", "gems", "align (segalign)", "ccsdt", "fperror", "symnmf", "pliner", "foresight", "collectives"]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("torchhpc")
+    except Exception:
+        return "unknown"
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="torchhpc",
+        description="torchhpc: SC20 HPC research systems as PyTorch modules, Triton kernels, "
+        "Gymnasium envs and torchrun trainers.",
+        epilog="Not yet available: " + ", ".join(PLANNED) + ". "
+        "Every command takes --help; --debug shows tracebacks.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchhpc {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=ArgumentParser)
+    for _name, module in COMMANDS:
+        importlib.import_module(module).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``torchhpc`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if args.command is None else 2
+    return run_main(args.func, args, getattr(args, "prog_name", "torchhpc"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Triton kernels for kraken: jagged embedding-bag pooling, forward and backward.
+
+The op pools rows of an embedding table over variable-length bags, the layout of
+a torchrec ``KeyedJaggedTensor`` (one key)::
+
+    bags        [ 0 ]   [ 1 ]  [   2    ]      offsets  = [0, 2, 2, 5]
+    indices     [7, 3]  [ ]    [1, 7, 9]       indices  = [7, 3, 1, 7, 9]
+    psw         [.5 1]  [ ]    [1, 2, 1]       (optional per-sample weights)
+
+    out[b, :] = sum_{e in bag b} psw[e] * weight[indices[e], :]      (mode "sum")
+    out[b, :] = that sum / max(len(bag b), 1)                          (mode "mean")
+
+Empty bags give zeros, as ``torch.nn.functional.embedding_bag`` does.
+
+Kernels (one file, top to bottom, as in Triton's tutorials):
+
+* ``_bag_forward_kernel`` — one program per (bag, block of columns); the bag's rows
+  are gathered ``BLOCK_N`` at a time and reduced in fp32 (fp64 for fp64 tables).
+* ``_bag_backward_rows_kernel`` — one program per (block of entries, block of
+  columns): each entry's gradient row ``grad_out[bag] * psw / len`` is either
+  atomically added into the dense table gradient (``ATOMIC``) or stored as one row
+  of a row-sparse gradient.
+* ``_bag_backward_psw_kernel`` — d out / d psw: the dot product of each entry's
+  row with its bag's output gradient.
+
+The launchers check shapes and dtypes; the autograd wrapper and the dispatch
+(Triton on CUDA, the torch twin elsewhere) live in ``torchhpc.ext.kraken.ops``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# ----------------------------------------------------------------------------- kernels
+
+
+@triton.jit
+def _bag_forward_kernel(
+    weight_ptr,  # (N, D) table
+    indices_ptr,  # (nnz,) int64 row ids
+    offsets_ptr,  # (B + 1,) int64 bag boundaries
+    psw_ptr,  # (nnz,) per-sample weights (read only when HAS_PSW)
+    out_ptr,  # (B, D) pooled output
+    D,
+    stride_w,
+    stride_o,
+    HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr,
+    ACC_FP64: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # 1. program id -> (bag, column block)
+    bag = tl.program_id(0)
+    dblk = tl.program_id(1)
+    start = tl.load(offsets_ptr + bag)
+    end = tl.load(offsets_ptr + bag + 1)
+    cols = dblk * BLOCK_D + tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    if ACC_FP64:
+        acc = tl.zeros((BLOCK_D,), dtype=tl.float64)
+    else:
+        acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    # 2. walk the bag BLOCK_N entries at a time: gather rows, weight them, reduce
+    for j in range(start, end, BLOCK_N):
+        ent = j + tl.arange(0, BLOCK_N)
+        emask = ent < end
+        rows = tl.load(indices_ptr + ent, mask=emask, other=0)
+        tile = tl.load(
+            weight_ptr + rows[:, None] * stride_w + cols[None, :],
+            mask=emask[:, None] & cmask[None, :],
+            other=0.0,
+        ).to(acc.dtype)
+        if HAS_PSW:
+            w = tl.load(psw_ptr + ent, mask=emask, other=0.0).to(acc.dtype)
+            tile = tile * w[:, None]
+        acc += tl.sum(tile, axis=0)
+    # 3. mean pooling divides by the bag length (empty bags stay zero)
+    if MEAN:
+        n = tl.maximum(end - start, 1)
+        acc = acc / n.to(acc.dtype)
+    tl.store(out_ptr + bag * stride_o + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _bag_backward_rows_kernel(
+    grad_out_ptr,  # (B, D)
+    indices_ptr,  # (nnz,) int64
+    segments_ptr,  # (nnz,) int64 bag id of each entry
+    offsets_ptr,  # (B + 1,) int64 (for bag lengths when MEAN)
+    psw_ptr,  # (nnz,)
+    dst_ptr,  # (N, D) dense table grad when ATOMIC, else (nnz, D) per-entry rows
+    nnz,
+    D,
+    stride_g,
+    stride_dst,
+    HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr,
+    ATOMIC: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # 1. program id -> (entry block, column block)
+    pid_n = tl.program_id(0)
+    pid_d = tl.program_id(1)
+    ent = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    emask = ent < nnz
+    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    mask = emask[:, None] & cmask[None, :]
+    # 2. each entry's gradient row is its bag's output gradient, scaled
+    seg = tl.load(segments_ptr + ent, mask=emask, other=0)
+    g = tl.load(grad_out_ptr + seg[:, None] * stride_g + cols[None, :], mask=mask, other=0.0)
+    if HAS_PSW:
+        w = tl.load(psw_ptr + ent, mask=emask, other=0.0)
+        g = g * w[:, None].to(g.dtype)
+    if MEAN:
+        n = tl.load(offsets_ptr + seg + 1, mask=emask, other=1) - tl.load(offsets_ptr + seg, mask=emask, other=0)
+        g = g / tl.maximum(n, 1)[:, None].to(g.dtype)
+    # 3. scatter into the table gradient (atomics: rows repeat) or store per entry
+    if ATOMIC:
+        rows = tl.load(indices_ptr + ent, mask=emask, other=0)
+        tl.atomic_add(dst_ptr + rows[:, None] * stride_dst + cols[None, :], g.to(dst_ptr.dtype.element_ty), mask=mask)
+    else:
+        tl.store(dst_ptr + ent[:, None] * stride_dst + cols[None, :], g.to(dst_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _bag_backward_psw_kernel(
+    grad_out_ptr,  # (B, D)
+    weight_ptr,  # (N, D)
+    indices_ptr,  # (nnz,)
+    segments_ptr,  # (nnz,)
+    offsets_ptr,  # (B + 1,)
+    grad_psw_ptr,  # (nnz,)
+    nnz,
+    D,
+    stride_g,
+    stride_w,
+    MEAN: tl.constexpr,
+    ACC_FP64: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # d out[b, :] / d psw[e] = weight[indices[e], :] (/ len(b)), so grad_psw[e] = <grad_out[b], row>
+    pid = tl.program_id(0)
+    ent = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    emask = ent < nnz
+    seg = tl.load(segments_ptr + ent, mask=emask, other=0)
+    rows = tl.load(indices_ptr + ent, mask=emask, other=0)
+    if ACC_FP64:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float64)
+    else:
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for d0 in range(0, D, BLOCK_D):
+        cols = d0 + tl.arange(0, BLOCK_D)
+        mask = emask[:, None] & (cols < D)[None, :]
+        g = tl.load(grad_out_ptr + seg[:, None] * stride_g + cols[None, :], mask=mask, other=0.0).to(acc.dtype)
+        w = tl.load(weight_ptr + rows[:, None] * stride_w + cols[None, :], mask=mask, other=0.0).to(acc.dtype)
+        acc += tl.sum(g * w, axis=1)
+    if MEAN:
+        n = tl.load(offsets_ptr + seg + 1, mask=emask, other=1) - tl.load(offsets_ptr + seg, mask=emask, other=0)
+        acc = acc / tl.maximum(n, 1).to(acc.dtype)
+    tl.store(grad_psw_ptr + ent, acc.to(grad_psw_ptr.dtype.element_ty), mask=emask)
+
+
+# ----------------------------------------------------------------------------- launchers
+
+
+def _block_d(D: int) -> int:
+    return min(128, triton.next_power_of_2(max(D, 1)))
+
+
+def _check(weight: torch.Tensor, indices: torch.Tensor, offsets: torch.Tensor, psw: torch.Tensor | None) -> None:
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be (N, D), got shape {tuple(weight.shape)}")
+    if weight.stride(1) != 1:
+        raise ValueError("weight rows must be contiguous (stride 1 along D)")
+    if indices.dim() != 1 or offsets.dim() != 1:
+        raise ValueError("indices and offsets must be 1-D")
+    if indices.dtype != torch.int64 or offsets.dtype != torch.int64:
+        raise ValueError("indices and offsets must be int64 (the launchers do not cast)")
+    if not (weight.device == indices.device == offsets.device):
+        raise ValueError("weight, indices and offsets must be on one device")
+    if psw is not None and psw.shape != indices.shape:
+        raise ValueError(f"per_sample_weights must have the shape of indices {tuple(indices.shape)}")
+
+
+def bag_forward(
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    mean: bool,
+    per_sample_weights: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Pooled bags ``(B, D)`` from a table ``(N, D)``, ``indices (nnz,)``, ``offsets (B+1,)``."""
+    _check(weight, indices, offsets, per_sample_weights)
+    B = offsets.numel() - 1
+    D = weight.shape[1]
+    out = torch.empty((B, D), dtype=weight.dtype, device=weight.device)
+    if B == 0 or D == 0:
+        return out
+    BLOCK_D = _block_d(D)
+    psw = per_sample_weights.contiguous() if per_sample_weights is not None else indices  # dummy pointer
+    grid = (B, triton.cdiv(D, BLOCK_D))
+    _bag_forward_kernel[grid](
+        weight, indices.contiguous(), offsets.contiguous(), psw, out,
+        D, weight.stride(0), out.stride(0),
+        HAS_PSW=per_sample_weights is not None, MEAN=mean, ACC_FP64=weight.dtype == torch.float64,
+        BLOCK_N=16, BLOCK_D=BLOCK_D,
+    )
+    return out
+
+
+def bag_backward_rows(
+    grad_out: torch.Tensor,
+    indices: torch.Tensor,
+    segments: torch.Tensor,
+    offsets: torch.Tensor,
+    mean: bool,
+    per_sample_weights: torch.Tensor | None,
+    num_rows: int | None,
+) -> torch.Tensor:
+    """Table gradient: dense ``(num_rows, D)`` when ``num_rows`` is given, else per-entry rows ``(nnz, D)``."""
+    grad_out = grad_out.contiguous()
+    nnz = indices.numel()
+    D = grad_out.shape[1]
+    acc_dtype = torch.float64 if grad_out.dtype == torch.float64 else torch.float32
+    if num_rows is not None:
+        dst = torch.zeros((num_rows, D), dtype=acc_dtype, device=grad_out.device)
+    else:
+        dst = torch.empty((nnz, D), dtype=grad_out.dtype, device=grad_out.device)
+    if nnz == 0 or D == 0:
+        return dst.to(grad_out.dtype)
+    BLOCK_N, BLOCK_D = 32, _block_d(D)
+    psw = per_sample_weights.contiguous() if per_sample_weights is not None else grad_out
+    grid = (triton.cdiv(nnz, BLOCK_N), triton.cdiv(D, BLOCK_D))
+    _bag_backward_rows_kernel[grid](
+        grad_out, indices, segments, offsets, psw, dst,
+        nnz, D, grad_out.stride(0), dst.stride(0),
+        HAS_PSW=per_sample_weights is not None, MEAN=mean, ATOMIC=num_rows is not None,
+        BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D,
+    )
+    return dst.to(grad_out.dtype)
+
+
+def bag_backward_psw(
+    grad_out: torch.Tensor,
+    weight: torch.Tensor,
+    indices: torch.Tensor,
+    segments: torch.Tensor,
+    offsets: torch.Tensor,
+    mean: bool,
+    psw_dtype: torch.dtype,
+) -> torch.Tensor:
+    """Gradient of the per-sample weights ``(nnz,)``."""
+    grad_out = grad_out.contiguous()
+    nnz = indices.numel()
+    D = grad_out.shape[1]
+    out = torch.empty((nnz,), dtype=psw_dtype, device=grad_out.device)
+    if nnz == 0:
+        return out
+    BLOCK_N, BLOCK_D = 32, _block_d(D)
+    _bag_backward_psw_kernel[(triton.cdiv(nnz, BLOCK_N),)](
+        grad_out, weight, indices, segments, offsets, out,
+        nnz, D, grad_out.stride(0), weight.stride(0),
+        MEAN=mean, ACC_FP64=weight.dtype == torch.float64, BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D,
+    )
+    return out
