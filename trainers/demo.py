@@ -128,6 +128,33 @@ def tour_kraken(cfg: DemoConfig, run, device) -> dict:
     }
 
 
+def tour_sched(cfg: DemoConfig, run, device) -> dict:
+    """RLScheduler: heuristics on a generated Lublin trace, then a short PPO run of the kernel policy."""
+    from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.sched.evaluate import draw_starts, evaluate_heuristic, summarise
+    from torchhpc.ext.sched.swf import load_sched_trace
+
+    from .sched import SchedConfig, train
+
+    trace = load_sched_trace(None, None, 3000, cfg.seed)
+    starts = draw_starts(trace, 3, 256, cfg.seed)
+    table = {h: round(summarise(evaluate_heuristic(trace, h, starts, 256, "none"))["bsld"], 2)
+             for h in ("fcfs", "sjf", "wfp3", "unicep", "f1")}
+    sched_cfg = load_config(SchedConfig, None, [
+        "trace.generate_jobs=3000", f"trace.generate_seed={cfg.seed}", "env.sequence_length=64",
+        "ppo.epochs=2", "ppo.trajectories=8", "ppo.num_envs=4", "ppo.pi_iters=5", "ppo.v_iters=5",
+        f"eval.starts={starts}", "eval.length=256", "log_baselines=false",
+        f"run.root={cfg.run.root}", "run.progress=false", f"seed={cfg.seed}",
+    ])
+    summary = train(sched_cfg)
+    rl = summary["eval"]["rl"]["bsld"]
+    return {
+        "what": "heuristics and a 2-epoch PPO kernel policy on 3 windows of 256 jobs of a generated Lublin trace",
+        "bsld": table | {"rl_2_epochs": round(rl, 2)},
+        "ok": rl >= 1.0 and table["sjf"] <= table["fcfs"],
+    }
+
+
 def _pyplot():
     import matplotlib
 
@@ -139,6 +166,7 @@ def _pyplot():
 
 #: step name -> function(cfg, run, device) -> summary dict
 TOUR: dict[str, Callable] = {
+    "sched": tour_sched,
     "kraken": tour_kraken,
 }
 

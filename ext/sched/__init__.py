@@ -1,0 +1,1 @@
+"""sched: RLScheduler (SC20) — batch scheduling with RL, its simulator and heuristics."""

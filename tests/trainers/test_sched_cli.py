@@ -1,0 +1,89 @@
+"""torchhpc sched: the heuristics table, training from a config (resume included), evaluation, torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEBUG = str(REPO / "configs/sched/debug.yaml")
+
+
+def test_heuristics_json_reproduces_published_columns(cli, shared_data):
+    """The CLI's JSON for Lublin-1 with the paper's windows gives the published SJF and F1 numbers."""
+    res = cli("sched", "heuristics", "--trace", str(shared_data / "swf/lublin_256.swf"), "--starts", "published",
+              "--length", "1024", "--policy", "sjf", "--policy", "f1", "--backfill", "rlscheduler", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    assert round(out["sjf"]["bsld"], 2) == 73.31 and round(out["f1"]["bsld"], 2) == 75.07
+    assert set(out["sjf"]) >= {"bsld", "wait", "util"}
+
+
+def test_heuristics_table_on_a_generated_trace(cli):
+    """Without --trace the command runs on a generated Lublin trace and prints a table."""
+    res = cli("sched", "heuristics", "--sequences", "2", "--length", "200", "--generate-jobs", "2000")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "sjf" in res.stdout and "wfp3_rlscheduler" in res.stdout and "bsld" in res.stdout
+
+
+def test_too_big_jobs_and_bad_windows_are_one_line_errors(cli, tmp_path):
+    """A job larger than the machine suggests --procs; a window outside the trace names it."""
+    swf = tmp_path / "small.swf"
+    swf.write_text("; MaxNodes: 4\n" + "\n".join(
+        f"{i} {i * 10} -1 50 {8 if i == 3 else 2} -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1" for i in range(1, 6)) + "\n")
+    res = cli("sched", "heuristics", "--trace", str(swf), "--start", "0", "--length", "3")
+    assert res.returncode == 1 and "--procs 8" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = cli("sched", "heuristics", "--trace", str(swf), "--procs", "8", "--start", "3", "--length", "3")
+    assert res.returncode == 1 and "outside" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_train_resume_and_eval(cli, tmp_path):
+    """Train the debug config, resume it for one more epoch from its checkpoint, then evaluate it."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r", "--set", "run.progress=false"]
+    res = cli("sched", "train", *common, "--set", "ppo.epochs=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "r"
+    assert (run / "checkpoints" / "ckpt-00000001.pt").exists()
+    res = cli("sched", "train", *common, "--set", "ppo.epochs=2", "--set", "run.resume=true")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in rows] == [1, 2]
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["eval"]) >= {"rl", "sjf", "f1"} and (run / "learning_curve.png").exists()
+    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--seed", "0",
+              "--starts", "500,1500", "--length", "128", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    assert set(out) == {"rl", "fcfs", "sjf", "f1"} and out["rl"]["bsld"] >= 1.0
+    assert list(run.glob("eval_*.png"))
+
+
+def test_unknown_config_key_is_one_line(cli, tmp_path):
+    """A typo in a sched config key fails before training, naming the key."""
+    res = cli("sched", "train", "--config", DEBUG, "--set", "ppo.epoch=3")
+    assert res.returncode == 1 and "unknown key 'ppo.epoch'" in res.stderr
+
+
+@pytest.mark.distributed
+def test_torchrun_two_rollout_workers(tmp_path):
+    """torchrun with 2 workers trains the debug config with synchronised gradients and one run folder."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
+           "--set", "run.run_id=dist", "--set", "run.progress=false"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "dist"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and rows[0]["decisions"] > 0
+    # both ranks wrote their shard and ended with identical weights (gradients were averaged)
+    import torch
+
+    w = [torch.load(run / "checkpoints" / f"ckpt-00000002.rank{r}.pt", weights_only=False)["state"]["agent"]
+         for r in (0, 1)]
+    assert all(torch.equal(w[0][k], w[1][k]) for k in w[0])
