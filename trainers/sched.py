@@ -78,6 +78,9 @@ class PPOOptions:
     v_iters: int = option(80, help="value steps per epoch", ge=0)
     target_kl: float = option(0.01, help="early stop when approx KL > 1.5 x this", gt=0)
     minibatch: int = option(0, help="samples per gradient step (0 = the full batch, as the paper)", ge=0)
+    imitate: str | None = option(None, help="warm start: behaviour-clone this heuristic first (not in the paper)")
+    imitate_sequences: int = option(64, help="training sequences the heuristic demonstrates", ge=1)
+    imitate_epochs: int = option(10, help="passes over the demonstrations", ge=1)
 
 
 @dataclass
@@ -90,6 +93,7 @@ class EvalOptions:
     length: int = option(1024, help="jobs per evaluation window", ge=2)
     heuristics: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"], help="heuristics shown beside RL")
     greedy: bool = option(False, help="argmax actions (the paper samples)")
+    samples: int = option(1, help="sampled evaluations averaged per window (different sampling seeds)", ge=1)
 
 
 @dataclass
@@ -110,7 +114,8 @@ class SchedConfig:
     def __post_init__(self) -> None:
         from torchhpc.ext.sched.heuristics import HEURISTICS
 
-        for h in [*self.eval.heuristics, *([self.env.filter_heuristic] if self.env.filter_heuristic else [])]:
+        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate) if h]
+        for h in [*self.eval.heuristics, *extra]:
             if h not in HEURISTICS:
                 raise ConfigError(f"unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
         if self.env.filter_low >= self.env.filter_high:
@@ -179,6 +184,20 @@ def train(cfg: SchedConfig) -> dict:
                 torch.set_rng_state(state["torch_rng"])
                 env_states = state["env_rng"]
                 run.truncate_metrics(start_epoch)
+        if P.imitate and start_epoch == 0 and rank == 0:
+            from torchhpc.ext.sched.evaluate import draw_starts
+            from torchhpc.ext.sched.imitation import behaviour_clone, collect_demonstrations
+
+            t_bc = time.time()
+            demo_starts = draw_starts(trace, P.imitate_sequences, cfg.env.sequence_length, cfg.seed + 12345)
+            demos = collect_demonstrations(trace, P.imitate, demo_starts, cfg.env.sequence_length,
+                                           cfg.env.backfill, cfg.env.queue_slots, cfg.env.time_scale,
+                                           cfg.env.metric)
+            bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=1e-3, seed=cfg.seed, device=device)
+            bc["seconds"] = round(time.time() - t_bc, 1)
+            run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
+            print(f"warm start: imitated {P.imitate} on {bc['samples']} decisions, "
+                  f"accuracy {bc['accuracy']:.3f} ({bc['seconds']} s)")
         if ctx.initialized:
             for p in agent.parameters():
                 dist.broadcast(p.data, src=0)
@@ -347,10 +366,11 @@ def train(cfg: SchedConfig) -> dict:
                     row[f"train_{h}_bsld"] = global_mean(float(np.mean(vals)), len(vals))
             final = epoch + 1 == P.epochs
             if (cfg.eval.every and (epoch + 1) % cfg.eval.every == 0) or final:
-                res = summarise(evaluate_agent(agent, trace, cfg.eval.starts, cfg.eval.length, cfg.env.backfill,
-                                               greedy=cfg.eval.greedy, seed=cfg.seed,
-                                               queue_slots=cfg.env.queue_slots, device=device,
-                                               time_scale=cfg.env.time_scale))
+                res = summarise([row for k in range(1 if cfg.eval.greedy else cfg.eval.samples)
+                                 for row in evaluate_agent(agent, trace, cfg.eval.starts, cfg.eval.length,
+                                                           cfg.env.backfill, greedy=cfg.eval.greedy, seed=cfg.seed + k,
+                                                           queue_slots=cfg.env.queue_slots, device=device,
+                                                           time_scale=cfg.env.time_scale)])
                 row["eval_bsld"] = res["bsld"]
                 last_eval = res
             run.log(epoch + 1, **row)
@@ -467,9 +487,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     agent.load_state_dict(state["agent"])
     trace = _load_trace(args)
     starts, length = _starts(args, trace)
-    per_seq = {"rl": evaluate_agent(agent, trace, starts, length, args.backfill, greedy=args.greedy, seed=args.seed,
-                                    queue_slots=state.get("queue_slots", 128),
-                                    time_scale=state.get("time_scale", "linear"))}
+    rl_rows = []
+    for k in range(1 if args.greedy else args.samples):
+        rl_rows += evaluate_agent(agent, trace, starts, length, args.backfill, greedy=args.greedy, seed=args.seed + k,
+                                  queue_slots=state.get("queue_slots", 128),
+                                  time_scale=state.get("time_scale", "linear"))
+    per_seq = {"rl": rl_rows}
     for name in args.policy or ["fcfs", "sjf", "f1"]:
         per_seq[name] = evaluate_heuristic(trace, name, starts, length, args.backfill)
     results = {k: summarise(v) for k, v in per_seq.items()}
@@ -533,6 +556,7 @@ def register(sub) -> None:
     e = ssub.add_parser("eval", help="a trained policy beside the heuristics, table + box plot")
     e.add_argument("--checkpoint", required=True, help="run folder (runs/sched/<id>) or checkpoint file")
     e.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as the paper)")
+    e.add_argument("--samples", type=int, default=1, help="sampled runs per window, averaged (default 1)")
     _window_args(e)
     e.add_argument("--policy", action="append", help="heuristic shown beside RL (default: fcfs, sjf, f1)")
     e.set_defaults(func=cmd_eval)
