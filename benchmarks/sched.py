@@ -59,7 +59,8 @@ def main() -> None:
     obs, _ = sync.reset(seed=0)
     t0, n = time.perf_counter(), 0
     while n < args.decisions:
-        acts = [int(rng.choice(np.flatnonzero(m))) for m in obs["action_mask"]]
+        # after a terminal step Gymnasium's next-step autoreset ignores the action (the mask is empty)
+        acts = [int(rng.choice(np.flatnonzero(m))) if m.any() else 0 for m in obs["action_mask"]]
         obs, *_ = sync.step(np.asarray(acts))
         n += args.envs
     results["gymnasium_sync_vector_decisions_per_s"] = n / (time.perf_counter() - t0)

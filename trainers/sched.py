@@ -425,7 +425,7 @@ def _starts(args, trace) -> tuple[list[int], int]:
 def _load_trace(args):
     from torchhpc.ext.sched.swf import load_sched_trace
 
-    return load_sched_trace(args.trace, args.procs, args.generate_jobs, args.seed, not args.lenient)
+    return load_sched_trace(args.trace, args.procs, args.generate_jobs, args.trace_seed, not args.lenient)
 
 
 def _table(results: dict[str, dict[str, float]]) -> str:
@@ -534,8 +534,9 @@ def _window_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--starts", default=None, help="comma-separated window starts, or 'published'")
     p.add_argument("--length", type=int, default=1024, help="jobs per window (default 1024)")
     p.add_argument("--sequences", type=int, default=10, help="random windows when no start is given")
-    p.add_argument("--seed", type=int, default=1, help="seed of the random windows / the generated trace")
-    p.add_argument("--generate-jobs", type=int, default=10_000, help="jobs of the generated trace")
+    p.add_argument("--seed", type=int, default=1, help="seed of the random windows (and of RL sampling)")
+    p.add_argument("--generate-jobs", type=int, default=10_000, help="jobs of the generated trace (no --trace)")
+    p.add_argument("--trace-seed", type=int, default=0, help="seed of the generated trace (no --trace)")
     p.add_argument("--json", action="store_true", help="print one JSON object {policy: {metric: value}}")
     add_common_arguments(p)
 

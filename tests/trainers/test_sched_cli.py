@@ -55,8 +55,8 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert [r["epoch"] for r in rows] == [1, 2]
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["eval"]) >= {"rl", "sjf", "f1"} and (run / "learning_curve.png").exists()
-    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--seed", "0",
-              "--starts", "500,1500", "--length", "128", "--json")
+    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--trace-seed", "0",
+              "--starts", "500,1500", "--length", "128", "--samples", "2", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert set(out) == {"rl", "fcfs", "sjf", "f1"} and out["rl"]["bsld"] >= 1.0

@@ -133,3 +133,13 @@ def test_decreasing_offsets_rejected():
     w = torch.randn(4, 2)
     with pytest.raises(InputError, match=r"offsets\[2\] < offsets\[1\]"):
         jagged_embedding_bag(w, torch.tensor([0, 1, 2]), torch.tensor([0, 3, 1, 3]))
+
+
+@pytest.mark.gpu
+def test_cuda_dispatch_runs_the_compiled_kernel():
+    """On CUDA the default backend is the compiled Triton kernel, and it equals torch's embedding_bag."""
+    w, idx, offsets, psw = make_bags(1000, 96, 257, 30, torch.float32, seed=5, device="cuda")
+    ours = jagged_embedding_bag(w, idx, offsets, "sum", psw)
+    ref = torch.nn.functional.embedding_bag(idx, w, offsets, mode="sum", per_sample_weights=psw,
+                                            include_last_offset=True)
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
