@@ -53,8 +53,10 @@ class QueueObserver:
         q = sim.queue
         if len(q) <= self.slots:
             return list(q)
-        sjf = sorted(q, key=lambda j: (sim.req[j], sim.submit[j]))
-        small = sorted(q, key=lambda j: (sim.procs[j], sim.submit[j]))
+        # q is in submit order, so a stable sort on one key breaks ties by submit time
+        qa = np.fromiter(q, dtype=np.int64, count=len(q))
+        sjf = qa[np.argsort(self.req[qa], kind="stable")][: self.slots].tolist()
+        small = qa[np.argsort(self.procs[qa], kind="stable")][: self.slots].tolist()
         chosen: list[int] = []
         seen: set[int] = set()
         for trio in zip(sjf, small, sjf, strict=True):
