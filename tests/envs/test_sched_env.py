@@ -122,3 +122,24 @@ def test_vectorised_envs_match_single_envs():
             o, rr, term, _, _ = e.step(0)
             obs[i] = e.reset()[0] if term else o
             assert r[i] == rr
+
+
+def test_long_queue_shows_the_interleaved_sjf_and_smallest_subset():
+    """With more waiting jobs than slots, the visible set is SJF, smallest, SJF interleaved (no repeats)."""
+    from torchhpc.ext.sched.observation import QueueObserver
+    from torchhpc.ext.sched.simulator import ClusterSimulator
+
+    sim = ClusterSimulator(TRACE, "none")
+    obs = QueueObserver(TRACE, 16)
+    sim.reset(100, 600)
+    checked = 0
+    while not sim.done:
+        if len(sim.queue) > 16:
+            q = sorted(sim.queue, key=lambda j: TRACE.submit[j])
+            sjf = sorted(q, key=lambda j: (TRACE.req_time[j], TRACE.submit[j]))
+            small = sorted(q, key=lambda j: (TRACE.procs[j], TRACE.submit[j]))
+            expect = list(dict.fromkeys(j for trio in zip(sjf, small, sjf, strict=True) for j in trio))[:16]
+            assert obs.visible(sim) == expect
+            checked += 1
+        sim.schedule(max(sim.queue, key=lambda j: TRACE.procs[j]))  # a poor policy, so queues grow
+    assert checked > 10
