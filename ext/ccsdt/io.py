@@ -1,0 +1,238 @@
+"""The (T) inputs: pulled from a PySCF CCSD object, saved to and loaded from an ``.npz``.
+
+:class:`TriplesInputs` holds the seven arrays :func:`~torchhpc.ext.ccsdt.ops.triples_energy`
+takes, plus the HF and CCSD energies and a little provenance::
+
+    t1         (o, v)        mycc.t1
+    t2         (o, o, v, v)  mycc.t2
+    ovvv       (o, v, v, v)  eris.get_ovvv()        (ia|bc)
+    ovoo       (o, v, o, o)  eris.ovoo              (ia|jk)
+    ovov       (o, v, o, v)  eris.ovov              (ia|jb)
+    fock_ov    (o, v)        eris.fock[o:, :o].T    f[k,c]
+    mo_energy  (o + v,)      eris.mo_energy         active orbitals only (frozen core removed)
+
+``from_pyscf`` needs PySCF; ``save_inputs``/``load_inputs`` need only numpy, so the
+(T) can run on a machine without PySCF (``torchhpc ccsdt --inputs FILE.npz``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from torchhpc.ext.core.errors import InputError
+
+from .ops import INPUT_NAMES, check_inputs, triples_energy
+
+#: written into every saved file; load_inputs refuses other formats
+FORMAT = "torchhpc.ccsdt.inputs/1"
+
+
+@dataclass
+class TriplesInputs:
+    """Everything the closed-shell (T) needs, as float64 numpy arrays (shapes in the module docstring)."""
+
+    t1: np.ndarray
+    t2: np.ndarray
+    ovvv: np.ndarray
+    ovoo: np.ndarray
+    ovov: np.ndarray
+    fock_ov: np.ndarray
+    mo_energy: np.ndarray
+    e_hf: float = float("nan")
+    """total RHF energy (Eh), NaN when unknown"""
+    e_ccsd: float = float("nan")
+    """total CCSD energy E_HF + E_corr (Eh), NaN when unknown"""
+    meta: dict = field(default_factory=dict)
+    """provenance: molecule, basis, frozen orbitals, ... (JSON-serialisable)"""
+
+    @property
+    def nocc(self) -> int:
+        return int(self.t1.shape[0])
+
+    @property
+    def nvir(self) -> int:
+        return int(self.t1.shape[1])
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """The seven arrays in the order :func:`triples_energy` takes them."""
+        return tuple(getattr(self, name) for name in INPUT_NAMES)
+
+    def triples_energy(self, **kwargs) -> float:
+        """:func:`~torchhpc.ext.ccsdt.ops.triples_energy` of these inputs (same keyword arguments)."""
+        return triples_energy(*self.arrays(), **kwargs)
+
+
+# ----------------------------------------------------------------------------- PySCF
+
+
+def _require_pyscf():
+    try:
+        import pyscf  # noqa: F401
+    except ImportError as exc:
+        raise InputError(
+            "PySCF is not installed: pip install 'torchhpc[chem]' (or pyscf), "
+            "or run from saved inputs with --inputs FILE.npz"
+        ) from exc
+
+
+def check_closed_shell(mycc) -> None:
+    """Refuse anything but a real closed-shell RHF-based CCSD object.
+
+    Raises:
+        InputError: UCCSD/GCCSD, a UHF, ROHF or GHF reference, ``mol.spin != 0``, or complex orbitals.
+    """
+    _require_pyscf()
+    from pyscf.cc import ccsd
+
+    name = type(mycc).__name__
+    mf = getattr(mycc, "_scf", None)
+    mol = getattr(mycc, "mol", None)
+    if mol is not None and getattr(mol, "spin", 0) != 0:
+        raise InputError(
+            f"open-shell molecule (mol.spin = {mol.spin}): the (T) here is the closed-shell RHF formula; "
+            "use pyscf.cc.uccsd_t for UHF/ROHF references"
+        )
+    if mf is not None:
+        for kind in ("UHF", "ROHF", "GHF"):
+            if mf.istype(kind):
+                raise InputError(
+                    f"{kind} reference ({type(mf).__name__}): the (T) here needs a closed-shell RHF reference"
+                )
+    if not isinstance(mycc, ccsd.CCSD) or isinstance(mycc.t1, tuple | list):
+        raise InputError(f"{name} is not a closed-shell (restricted) CCSD object; the (T) here needs cc.CCSD(rhf)")
+    if np.iscomplexobj(getattr(mycc, "mo_coeff", None)):
+        raise InputError("complex orbitals are not supported (real closed-shell RHF reference only)")
+
+
+def from_pyscf(mycc, eris=None) -> TriplesInputs:
+    """Pull the (T) inputs out of a converged PySCF ``cc.CCSD(rhf)`` object.
+
+    Frozen orbitals are handled by PySCF's own active space: ``t1``/``t2``, ``eris`` and
+    ``eris.mo_energy`` cover the active orbitals only.
+
+    Args:
+        mycc: a ``pyscf.cc.ccsd.CCSD`` (or ``RCCSD``, ``DFCCSD``) object after ``mycc.kernel()``.
+        eris: its ``mycc.ao2mo()`` (built when omitted — that is an integral transformation).
+
+    Raises:
+        InputError: PySCF missing, an open-shell or complex reference (see
+            :func:`check_closed_shell`), or a CCSD object that has not been run.
+    """
+    check_closed_shell(mycc)
+    if getattr(mycc, "t1", None) is None or getattr(mycc, "t2", None) is None:
+        raise InputError("the CCSD object has no amplitudes: call mycc.kernel() (or mycc.run()) first")
+    if eris is None:
+        eris = mycc.ao2mo()
+    t1 = np.array(mycc.t1, dtype=np.float64)
+    t2 = np.array(mycc.t2, dtype=np.float64)
+    o, v = t1.shape
+    get_ovvv = getattr(eris, "get_ovvv", None)
+    ovvv = np.asarray(get_ovvv() if get_ovvv is not None else eris.ovvv, dtype=np.float64)
+    if ovvv.ndim == 3:  # packed lower triangle of (b, c)
+        from pyscf import lib
+
+        ovvv = lib.unpack_tril(ovvv.reshape(o * v, -1)).reshape(o, v, v, v)
+    fock = np.asarray(eris.fock)
+    if np.iscomplexobj(fock) or np.iscomplexobj(t2):
+        raise InputError("complex amplitudes or integrals are not supported (real closed-shell RHF reference only)")
+    mol = mycc.mol
+    frozen = mycc.frozen
+    meta = {
+        "source": "pyscf",
+        "atom": mol.atom if isinstance(mol.atom, str) else [[a[0], list(map(float, a[1]))] for a in mol._atom],
+        "basis": mol.basis if isinstance(mol.basis, str) else "custom",
+        "charge": int(mol.charge),
+        "nao": int(mol.nao_nr()),
+        "frozen": frozen if isinstance(frozen, int | type(None)) else [int(x) for x in np.ravel(frozen)],
+        "nocc": o,
+        "nvir": v,
+        "ccsd_converged": bool(getattr(mycc, "converged", False)),
+    }
+    e_hf = getattr(mycc, "e_hf", None)
+    if e_hf is None:
+        e_hf = mycc._scf.e_tot
+    return TriplesInputs(
+        t1=t1, t2=t2, ovvv=np.ascontiguousarray(ovvv),
+        ovoo=np.array(eris.ovoo, dtype=np.float64), ovov=np.array(eris.ovov, dtype=np.float64),
+        # PySCF's (T) reads the vir-occ block f[c,k]; transposed it is f[k,c] (equal for a converged real RHF)
+        fock_ov=np.ascontiguousarray(fock[o:, :o].T, dtype=np.float64),
+        mo_energy=np.array(eris.mo_energy, dtype=np.float64),
+        e_hf=float(e_hf), e_ccsd=float(mycc.e_tot), meta=meta,
+    )
+
+
+# ----------------------------------------------------------------------------- .npz files
+
+
+def save_inputs(path: str | os.PathLike, inputs: TriplesInputs) -> Path:
+    """Write ``inputs`` to ``path`` (an uncompressed ``.npz``), atomically (temp file, then rename).
+
+    Returns the path written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {name: np.ascontiguousarray(getattr(inputs, name), dtype=np.float64) for name in INPUT_NAMES}
+    payload["energies"] = np.array([inputs.e_hf, inputs.e_ccsd], dtype=np.float64)
+    payload["format"] = np.array(FORMAT)
+    payload["meta"] = np.array(json.dumps(inputs.meta))
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the permissions open() would
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_inputs(path: str | os.PathLike, validate: bool = True) -> TriplesInputs:
+    """Read a file written by :func:`save_inputs`.
+
+    Args:
+        validate: also run :func:`~torchhpc.ext.ccsdt.ops.check_inputs` (shapes, NaNs, energies).
+
+    Raises:
+        InputError: the file is missing, not an ``.npz``, of another format, lacks an array,
+            or (``validate``) holds inconsistent arrays — the message names the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: inputs file not found")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            keys = set(data.files)
+            fmt = str(data["format"]) if "format" in keys else None
+            if fmt != FORMAT:
+                raise InputError(f"{path}: not a ccsdt inputs file (format {fmt!r}, expected {FORMAT!r})")
+            missing = [k for k in (*INPUT_NAMES, "energies", "meta") if k not in keys]
+            if missing:
+                raise InputError(f"{path}: missing array {missing[0]!r}")
+            arrays = {name: np.array(data[name]) for name in INPUT_NAMES}
+            energies = np.array(data["energies"], dtype=np.float64).ravel()
+            meta = json.loads(str(data["meta"]))
+    except InputError:
+        raise
+    except (OSError, ValueError, zipfile.BadZipFile, KeyError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read as a ccsdt .npz inputs file ({exc})") from exc
+    if energies.size != 2:
+        raise InputError(f"{path}: 'energies' must hold [e_hf, e_ccsd], got {energies.size} values")
+    inputs = TriplesInputs(**arrays, e_hf=float(energies[0]), e_ccsd=float(energies[1]), meta=meta)
+    if validate:
+        try:
+            check_inputs(*inputs.arrays())
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from exc
+    return inputs

@@ -1,0 +1,142 @@
+"""``torchhpc ccsdt``: JSON output against PySCF, saved inputs without PySCF, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("pyscf")
+
+from torchhpc.trainers.ccsdt import hill_formula, main, parse_atom_string  # noqa: E402
+
+WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
+WATER_XYZ = "3\nwater, Angstrom\nO 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
+
+
+@pytest.fixture
+def no_pyscf(tmp_path):
+    """A PYTHONPATH entry whose ``pyscf`` package fails to import, as on a machine without PySCF."""
+    fake = tmp_path / "hide" / "pyscf"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'pyscf' (hidden by the test)\")\n")
+    return {"PYTHONPATH": str(fake.parent)}
+
+
+def one_line_error(res) -> str:
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def test_json_matches_pyscf_and_saved_inputs_rerun_without_pyscf(cli, tmp_path, no_pyscf):
+    """--json prints one object whose E(T) equals PySCF's; --inputs reproduces it where PySCF is missing."""
+    npz = tmp_path / "water.npz"
+    res = cli("ccsdt", "--atom", WATER, "--basis", "6-31g", "--frozen-core", "--compare-pyscf", "--json",
+              "--save-inputs", str(npz))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 1
+    out = json.loads(lines[0])
+    assert set(out) == {"e_t", "e_ccsd", "e_hf", "seconds", "gflops", "e_t_pyscf", "abs_diff"}
+    assert out["abs_diff"] < 1e-10 and abs(out["e_t"] - out["e_t_pyscf"]) < 1e-10
+    assert out["e_t"] < 0 and out["e_ccsd"] < out["e_hf"] < 0
+    assert out["seconds"] > 0 and out["gflops"] > 0
+    again = cli("ccsdt", "--inputs", str(npz), "--json", env=no_pyscf)
+    assert again.returncode == 0, again.stderr
+    back = json.loads(again.stdout)
+    assert set(back) == {"e_t", "e_ccsd", "e_hf", "seconds", "gflops"}
+    assert abs(back["e_t"] - out["e_t"]) < 1e-14
+    assert (back["e_hf"], back["e_ccsd"]) == (out["e_hf"], out["e_ccsd"])
+
+
+def test_report_from_an_xyz_file(tmp_path, capsys):
+    """The human report names the molecule and prints E(HF), E(CCSD), E(T) and E(CCSD(T))."""
+    xyz = tmp_path / "water.xyz"
+    xyz.write_text(WATER_XYZ)
+    assert main(["--xyz", str(xyz), "--basis", "sto-3g"]) == 0
+    out = capsys.readouterr().out
+    for word in ("H2O", "sto-3g", "E(HF)", "E(CCSD)", "E(T)", "E(CCSD(T))", "GFLOP/s"):
+        assert word in out, word
+
+
+def test_without_pyscf_a_molecule_is_one_clear_line(cli, no_pyscf):
+    """Asking for a molecule where PySCF is missing says so (and how to install it), no traceback."""
+    line = one_line_error(cli("ccsdt", "--atom", WATER, "--basis", "sto-3g", env=no_pyscf))
+    assert "PySCF is not installed" in line and "--inputs" in line
+
+
+def test_unknown_basis_is_one_clear_line(cli):
+    """A basis PySCF does not know is named in a one-line error from the real command."""
+    line = one_line_error(cli("ccsdt", "--atom", WATER, "--basis", "no-such-basis"))
+    assert "no-such-basis" in line
+
+
+BAD_XYZ = {
+    "count.xyz": ("3\ncomment\nO 0 0 0\nH 0 0 1\n", "says 3 atoms but 2"),
+    "number.xyz": ("2\ncomment\nO 0 0 0\nH 0 zero 1\n", "number.xyz:4: coordinates must be numbers"),
+    "header.xyz": ("water\nO 0 0 0\n", "atom count on the first line"),
+    "frames.xyz": ("1\nc\nHe 0 0 0\n1\nc\nHe 0 0 1\n", "multi-frame"),
+}
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--xyz", "count.xyz", "--basis", "sto-3g"], [BAD_XYZ["count.xyz"][1]]),
+        (["--xyz", "number.xyz", "--basis", "sto-3g"], [BAD_XYZ["number.xyz"][1]]),
+        (["--xyz", "header.xyz", "--basis", "sto-3g"], [BAD_XYZ["header.xyz"][1]]),
+        (["--xyz", "frames.xyz", "--basis", "sto-3g"], [BAD_XYZ["frames.xyz"][1]]),
+        (["--xyz", "absent.xyz", "--basis", "sto-3g"], ["absent.xyz: xyz file not found"]),
+        (["--atom", "O 0 0 0; H 0 0 0.97", "--basis", "sto-3g"], ["open-shell", "9 electrons"]),
+        (["--atom", "Xq 0 0 0; H 0 0 1", "--basis", "sto-3g"], ["unknown element 'Xq'"]),
+        (["--atom", "O 0 0; H 0 0 1", "--basis", "sto-3g"], ["--atom entry 1", "symbol x y z"]),
+        (["--atom", WATER, "--basis", "cc-pvdz", "--charge", "1"], ["open-shell"]),
+        (["--atom", "Li 0 0 0; Li 0 0 2.67", "--basis", "cc-pvdz-f12-nonexistent"], ["cc-pvdz-f12-nonexistent"]),
+        (["--atom", WATER], ["--basis is required"]),
+        (["--inputs", "absent.npz"], ["absent.npz: inputs file not found"]),
+        (["--inputs", "absent.npz", "--compare-pyscf"], ["--compare-pyscf needs a molecule"]),
+        (["--atom", WATER, "--basis", "sto-3g", "--threads", "0"], ["--threads must be >= 1"]),
+    ],
+)
+def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, capsys, monkeypatch, args, words):
+    """Malformed geometry, open shells, unknown elements or bases and bad options: exit 1, one line."""
+    for name, (text, _) in BAD_XYZ.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    for w in words:
+        assert w in err[0], (w, err[0])
+
+
+def test_usage_errors_exit_2(capsys):
+    """No geometry source, or two of them, is an argparse usage error (exit 2, one line)."""
+    for args in ([], ["--atom", WATER, "--inputs", "x.npz"]):
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "error:" in err[0]
+
+
+def test_cuda_request_without_a_gpu_is_refused(capsys):
+    """--device cuda on a machine without CUDA is one clear line (skipped where a GPU exists)."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    assert main(["--atom", WATER, "--basis", "sto-3g", "--device", "cuda"]) == 1
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_geometry_helpers():
+    """--atom strings split on ';' or newlines; formulas are in Hill order."""
+    atoms = parse_atom_string("O 0 0 0\nH 0, 0, 1 ; H 0 1 0")
+    assert [a[0] for a in atoms] == ["O", "H", "H"] and atoms[1][1] == (0.0, 0.0, 1.0)
+    assert hill_formula(["O", "H", "H"]) == "H2O"
+    assert hill_formula(["H", "C", "Cl", "H", "H", "H"]) == "CH4Cl"
+    assert hill_formula(["N", "H", "H", "H"]) == "H3N"

@@ -1,0 +1,126 @@
+"""E(T) on PySCF's own amplitudes and integrals against pyscf.cc.ccsd_t.kernel, to 1e-10 Eh."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pyscf = pytest.importorskip("pyscf")
+
+from pyscf import cc, gto, scf  # noqa: E402
+from pyscf.cc import ccsd_t  # noqa: E402
+
+from torchhpc.ext.ccsdt import from_pyscf, triples_energy, triples_energy_reference  # noqa: E402
+from torchhpc.ext.core.errors import InputError  # noqa: E402
+
+GEOMETRY = {
+    "H2O": "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692",
+    "NH3": "N 0 0 0.1162; H 0 0.9377 -0.2711; H 0.8121 -0.4689 -0.2711; H -0.8121 -0.4689 -0.2711",
+}
+
+#: (molecule, basis, frozen core) — the last one has more than 40 virtual orbitals
+SYSTEMS = [("H2O", "cc-pvdz", False), ("H2O", "cc-pvdz", True), ("NH3", "cc-pvdz", False),
+           ("H2O", "cc-pvtz", False)]
+
+
+class Solved:
+    """One system solved by PySCF: the CCSD object, its integrals, PySCF's E(T) and our inputs."""
+
+    def __init__(self, molecule: str, basis: str, frozen_core: bool, mf):
+        self.mycc = cc.CCSD(mf)
+        if frozen_core:
+            self.mycc.set_frozen()
+        self.mycc.kernel()
+        self.eris = self.mycc.ao2mo()
+        # PySCF's C path transposes t2 in place and restores it: it gets copies
+        self.e_pyscf = float(ccsd_t.kernel(self.mycc, self.eris, self.mycc.t1.copy(), self.mycc.t2.copy(),
+                                           verbose=0))
+        self.inputs = from_pyscf(self.mycc, self.eris)
+
+
+@pytest.fixture(scope="module")
+def solved():
+    """PySCF RHF + CCSD + (T) for every system, computed once per test module (on first use)."""
+    mfs, cache = {}, {}
+
+    def get(molecule: str, basis: str, frozen_core: bool) -> Solved:
+        key = (molecule, basis, frozen_core)
+        if key not in cache:
+            if (molecule, basis) not in mfs:
+                mol = gto.M(atom=GEOMETRY[molecule], basis=basis, verbose=0)
+                mfs[molecule, basis] = scf.RHF(mol).run(conv_tol=1e-10)
+            cache[key] = Solved(molecule, basis, frozen_core, mfs[molecule, basis])
+        return cache[key]
+
+    return get
+
+
+@pytest.mark.parametrize("molecule,basis,frozen_core", SYSTEMS)
+def test_triples_energy_matches_pyscf(solved, molecule, basis, frozen_core):
+    """Our blocked (T) equals pyscf.cc.ccsd_t.kernel to 1e-10 Eh on PySCF's own t1, t2 and integrals."""
+    s = solved(molecule, basis, frozen_core)
+    ours = triples_energy(*s.inputs.arrays())
+    assert abs(ours - s.e_pyscf) < 1e-10, (ours, s.e_pyscf)
+    assert -0.05 < s.e_pyscf < -1e-4  # a real (T) correction: negative, millihartree-sized
+
+
+def test_system_with_over_40_virtuals_is_covered(solved):
+    """The cc-pVTZ water of the list has at least 40 active virtual orbitals."""
+    assert solved("H2O", "cc-pvtz", False).inputs.nvir >= 40
+
+
+@pytest.mark.parametrize("frozen_core", [False, True])
+def test_dense_reference_matches_pyscf(solved, frozen_core):
+    """The einsum formula of FORMULA.md itself reproduces PySCF (so the fast path is checked against both)."""
+    s = solved("H2O", "cc-pvdz", frozen_core)
+    assert abs(triples_energy_reference(*s.inputs.arrays()) - s.e_pyscf) < 1e-10
+
+
+def test_from_pyscf_takes_the_active_space(solved):
+    """With a frozen core the inputs cover active orbitals only; the energies are PySCF's."""
+    full, fc = solved("H2O", "cc-pvdz", False), solved("H2O", "cc-pvdz", True)
+    assert (full.inputs.nocc, fc.inputs.nocc) == (5, 4)
+    assert full.inputs.nvir == fc.inputs.nvir == 19
+    assert fc.inputs.mo_energy.shape == (23,) and fc.inputs.ovvv.shape == (4, 19, 19, 19)
+    np.testing.assert_allclose(fc.inputs.mo_energy, full.inputs.mo_energy[1:], atol=1e-6)
+    assert fc.inputs.e_hf == pytest.approx(fc.mycc._scf.e_tot, abs=1e-9)
+    assert fc.inputs.e_ccsd == fc.mycc.e_tot and fc.inputs.meta["frozen"] == 1
+    assert fc.e_pyscf != full.e_pyscf  # freezing the core changes (T)
+
+
+def test_pyscf_amplitudes_are_left_untouched(solved):
+    """from_pyscf copies t1/t2: computing E(T) does not modify the CCSD object's amplitudes."""
+    s = solved("H2O", "cc-pvdz", True)
+    t2 = s.mycc.t2.copy()
+    s.inputs.t2[0, 0, 0, 0] += 1.0
+    np.testing.assert_array_equal(s.mycc.t2, t2)
+    s.inputs.t2[0, 0, 0, 0] -= 1.0
+
+
+@pytest.fixture(scope="module")
+def oh_radical():
+    return gto.M(atom="O 0 0 0; H 0 0 0.97", basis="sto-3g", spin=1, verbose=0)
+
+
+def test_open_shell_references_are_refused(oh_radical):
+    """UHF and ROHF references (and mol.spin != 0) raise InputError instead of a wrong number."""
+    for mf in (scf.UHF(oh_radical), scf.ROHF(oh_radical)):
+        mf.run()
+        mycc = cc.CCSD(mf).run()
+        with pytest.raises(InputError, match="open-shell"):
+            from_pyscf(mycc)
+
+
+def test_unrestricted_ccsd_on_a_closed_shell_is_refused():
+    """A UHF-based UCCSD of a closed-shell molecule is refused: the formula here is the RHF one."""
+    mol = gto.M(atom=GEOMETRY["H2O"], basis="sto-3g", verbose=0)
+    mycc = cc.CCSD(scf.UHF(mol).run()).run()
+    with pytest.raises(InputError, match="UHF reference"):
+        from_pyscf(mycc)
+
+
+def test_ccsd_must_have_run_first():
+    """A CCSD object without amplitudes is an InputError that says to run it."""
+    mol = gto.M(atom=GEOMETRY["H2O"], basis="sto-3g", verbose=0)
+    with pytest.raises(InputError, match="call mycc.kernel"):
+        from_pyscf(cc.CCSD(scf.RHF(mol).run()))

@@ -1,0 +1,249 @@
+"""Triton kernel for ccsdt: the fused closed-shell (T) energy, FP64, the triples never stored.
+
+The formula (see :mod:`torchhpc.ext.ccsdt.reference`, eqs. (1)-(5))::
+
+    w[i,j,k,a,b,c] = sum_f (ia|fb) t2[k,j,c,f] - sum_m (ia|jm) t2[m,k,b,c]          (1)
+    v[i,j,k,a,b,c] = (ia|jb) t1[k,c] + t2[i,j,a,b] f[k,c]                            (2)
+    W = P6 w,  V = P6 v   (the six simultaneous permutations of (i,a), (j,b), (k,c))   (3)
+    D = e_i + e_j + e_k - e_a - e_b - e_c                                            (4)
+    E(T) = 1/3 sum W r3(W + V/2) / D                                                  (5)
+
+Work decomposition (the SC20 paper's design: one task per occupied x virtual tile, the
+t3 tile stays on chip, only partial energies leave):
+
+* one program per (occupied triple ``i >= j >= k``, virtual tile triple ``A >= B >= C``),
+  flattened into a 1-D grid; ``TILE`` virtual indices per tile;
+* for the tile's points ``(a, b, c)`` the program builds, for each of the six orderings
+  ``P`` of ``(a, b, c)``, the value ``X_P = W_ijk[P(a,b,c)]`` (six rank-1-update loops
+  over ``f`` and six over ``m`` per ordering, eqs. (1) and (3)) and ``V_P`` (eq. (2));
+* with ``Y_P = X_P + V_P / 2``, eq. (5) summed over the six orderings of one point only
+  needs ``sum_P X_P Y_P`` and the even/odd sums ``Xe, Xo, Ye, Yo`` (even orderings are the
+  cyclic ones)::
+
+        sum_P X_P r3(Y)_P = 3 sum_P X_P Y_P + Xe Ye - 2 Xe Yo + Xo Yo - 2 Xo Ye
+
+  so the r3 "transposes" become register arithmetic; the result is divided by ``D``
+  (the same for every ordering), masked, reduced to one scalar, weighted and stored.
+
+Weights: ``E(T) = sum_programs w_occ * w_vir * e``, ``w_occ`` from
+:func:`torchhpc.ext.ccsdt.ops.occupied_triples` (2 for distinct ``i > j > k``, 1 with two
+equal) and ``w_vir = 1 / |stabiliser|`` of the tile triple (1, 1/2 or 1/6), because the six
+orderings of a tile triple with two equal tiles cover every point twice.
+
+Tile indices past ``nvir`` are clamped for the loads and masked out of the sum. Offsets
+are int64 (``o v^3`` passes 2^31 for large systems).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# ----------------------------------------------------------------------------- kernel
+
+
+@triton.jit
+def _w_offsets(p, q, r, x, y, z, NOCC, NVIR):
+    # offsets of the four operands of w(p,q,r; x,y,z), eq. (1), at f = 0 / m = 0:
+    #   (px|fy) = ovvv[p, x, f, y]   t2[r, q, z, f]   (px|qm) = ovoo[p, x, q, m]   t2[m, r, y, z]
+    ovvv_off = ((p * NVIR + x) * NVIR) * NVIR + y  # + f * NVIR
+    t2p_off = ((r * NOCC + q) * NVIR + z) * NVIR  # + f
+    ovoo_off = ((p * NVIR + x) * NOCC + q) * NOCC  # + m
+    t2h_off = (r * NVIR + y) * NVIR + z  # + m * NOCC * NVIR * NVIR
+    return ovvv_off, t2p_off, ovoo_off, t2h_off
+
+
+@triton.jit
+def _connected_at(ovvv_ptr, ovoo_ptr, t2_ptr, i, j, k, x, y, z, NOCC, NVIR, TILE: tl.constexpr):
+    # W_ijk[x, y, z] = sum over the six simultaneous permutations sigma of w(sigma(ijk); sigma(xyz)), eq. (3);
+    # x, y, z are broadcastable index tensors, so the result is a (TILE, TILE, TILE) tile.
+    v1, p1, h1, g1 = _w_offsets(i, j, k, x, y, z, NOCC, NVIR)
+    v2, p2, h2, g2 = _w_offsets(i, k, j, x, z, y, NOCC, NVIR)
+    v3, p3, h3, g3 = _w_offsets(j, i, k, y, x, z, NOCC, NVIR)
+    v4, p4, h4, g4 = _w_offsets(j, k, i, y, z, x, NOCC, NVIR)
+    v5, p5, h5, g5 = _w_offsets(k, i, j, z, x, y, NOCC, NVIR)
+    v6, p6, h6, g6 = _w_offsets(k, j, i, z, y, x, NOCC, NVIR)
+    acc = tl.zeros((TILE, TILE, TILE), dtype=tl.float64)
+    # particle terms: rank-1 updates over the virtual f (the o^3 v^4 part)
+    for f in range(0, NVIR):
+        fv = f * NVIR
+        acc += tl.load(ovvv_ptr + v1 + fv) * tl.load(t2_ptr + p1 + f)
+        acc += tl.load(ovvv_ptr + v2 + fv) * tl.load(t2_ptr + p2 + f)
+        acc += tl.load(ovvv_ptr + v3 + fv) * tl.load(t2_ptr + p3 + f)
+        acc += tl.load(ovvv_ptr + v4 + fv) * tl.load(t2_ptr + p4 + f)
+        acc += tl.load(ovvv_ptr + v5 + fv) * tl.load(t2_ptr + p5 + f)
+        acc += tl.load(ovvv_ptr + v6 + fv) * tl.load(t2_ptr + p6 + f)
+    # hole terms: rank-1 updates over the occupied m (the o^4 v^3 part)
+    for m in range(0, NOCC):
+        mo = m * NOCC * NVIR * NVIR
+        acc -= tl.load(ovoo_ptr + h1 + m) * tl.load(t2_ptr + g1 + mo)
+        acc -= tl.load(ovoo_ptr + h2 + m) * tl.load(t2_ptr + g2 + mo)
+        acc -= tl.load(ovoo_ptr + h3 + m) * tl.load(t2_ptr + g3 + mo)
+        acc -= tl.load(ovoo_ptr + h4 + m) * tl.load(t2_ptr + g4 + mo)
+        acc -= tl.load(ovoo_ptr + h5 + m) * tl.load(t2_ptr + g5 + mo)
+        acc -= tl.load(ovoo_ptr + h6 + m) * tl.load(t2_ptr + g6 + mo)
+    return acc
+
+
+@triton.jit
+def _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, p, q, r, x, y, z, NOCC, NVIR):
+    # v(p,q,r; x,y,z) = (px|qy) t1[r,z] + t2[p,q,x,y] f[r,z], eq. (2)
+    g = tl.load(ovov_ptr + ((p * NVIR + x) * NOCC + q) * NVIR + y)
+    s = tl.load(t2_ptr + ((p * NOCC + q) * NVIR + x) * NVIR + y)
+    return g * tl.load(t1_ptr + r * NVIR + z) + s * tl.load(fov_ptr + r * NVIR + z)
+
+
+@triton.jit
+def _disconnected_at(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z, NOCC, NVIR):
+    # V_ijk[x, y, z] = P6 v, eq. (3)
+    acc = _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z, NOCC, NVIR)
+    acc += _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, k, j, x, z, y, NOCC, NVIR)
+    acc += _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, j, i, k, y, x, z, NOCC, NVIR)
+    acc += _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, j, k, i, y, z, x, NOCC, NVIR)
+    acc += _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, k, i, j, z, x, y, NOCC, NVIR)
+    acc += _v_term(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, k, j, i, z, y, x, NOCC, NVIR)
+    return acc
+
+
+@triton.jit
+def _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z,
+              NOCC, NVIR, TILE: tl.constexpr):
+    # X_P = W_ijk[P(abc)] and Y_P = X_P + V_P / 2 for one ordering P = (x, y, z) of (a, b, c)
+    xw = _connected_at(ovvv_ptr, ovoo_ptr, t2_ptr, i, j, k, x, y, z, NOCC, NVIR, TILE)
+    vw = _disconnected_at(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z, NOCC, NVIR)
+    return xw, xw + 0.5 * vw
+
+
+@triton.jit
+def _triples_energy_kernel(
+    t1_ptr,  # (o, v)
+    t2_ptr,  # (o, o, v, v)
+    ovvv_ptr,  # (o, v, v, v)
+    ovoo_ptr,  # (o, v, o, o)
+    ovov_ptr,  # (o, v, o, v)
+    fov_ptr,  # (o, v)
+    eocc_ptr,  # (o,)
+    evir_ptr,  # (v,)
+    occ_ptr,  # (n_occ, 3) int64 occupied triples i >= j >= k
+    occ_w_ptr,  # (n_occ,) float64
+    vt_ptr,  # (n_vt, 3) int64 virtual tile triples A >= B >= C
+    vt_w_ptr,  # (n_vt,) float64
+    out_ptr,  # (n_occ * n_vt,) float64 partial energies
+    n_vt,
+    NOCC,
+    NVIR,
+    TILE: tl.constexpr,
+):
+    # 1. program id -> (occupied triple, virtual tile triple)
+    pid = tl.program_id(0).to(tl.int64)
+    t = pid // n_vt
+    s = pid % n_vt
+    i = tl.load(occ_ptr + 3 * t)
+    j = tl.load(occ_ptr + 3 * t + 1)
+    k = tl.load(occ_ptr + 3 * t + 2)
+    w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    # 2. the tile's virtual indices: clamped for loads, masked for the sum
+    lanes = tl.arange(0, TILE).to(tl.int64)
+    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
+    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
+    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
+    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
+    a = tl.minimum(ra, NVIR - 1)[:, None, None]
+    b = tl.minimum(rb, NVIR - 1)[None, :, None]
+    c = tl.minimum(rc, NVIR - 1)[None, None, :]
+    # 3. the six orderings of (a, b, c): even (cyclic) abc, bca, cab; odd acb, bac, cba
+    x0, y0 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c, NOCC, NVIR, TILE)
+    sxy = x0 * y0
+    xe = x0
+    ye = y0
+    x1, y1 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a, NOCC, NVIR, TILE)
+    sxy += x1 * y1
+    xe += x1
+    ye += y1
+    x2, y2 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b, NOCC, NVIR, TILE)
+    sxy += x2 * y2
+    xe += x2
+    ye += y2
+    x3, y3 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b, NOCC, NVIR, TILE)
+    sxy += x3 * y3
+    xo = x3
+    yo = y3
+    x4, y4 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c, NOCC, NVIR, TILE)
+    sxy += x4 * y4
+    xo += x4
+    yo += y4
+    x5, y5 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a, NOCC, NVIR, TILE)
+    sxy += x5 * y5
+    xo += x5
+    yo += y5
+    # 4. eq. (5) over the six orderings, divided by D (eq. 4, symmetric in abc), masked and reduced
+    e_ijk = tl.load(eocc_ptr + i) + tl.load(eocc_ptr + j) + tl.load(eocc_ptr + k)
+    d = e_ijk - tl.load(evir_ptr + a) - tl.load(evir_ptr + b) - tl.load(evir_ptr + c)
+    num = 3.0 * sxy + xe * ye - 2.0 * xe * yo + xo * yo - 2.0 * xo * ye
+    contrib = tl.where(mask, num / d, 0.0)
+    e = tl.sum(tl.sum(tl.sum(contrib, axis=2), axis=1), axis=0)
+    # 5. only the weighted partial energy leaves
+    tl.store(out_ptr + pid, e * w)
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def virtual_tile_triples(nvir: int, tile: int, device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Tile triples ``A >= B >= C`` over ``ceil(nvir / tile)`` tiles and their weights ``1/|stabiliser|``.
+
+    Returns ``idx (n, 3)`` int64 and ``weight (n,)`` float64 (1, 1/2 or 1/6).
+    """
+    nt = triton.cdiv(nvir, tile)
+    rows, weights = [], []
+    for A in range(nt):
+        for B in range(A + 1):
+            for C in range(B + 1):
+                rows.append((A, B, C))
+                weights.append(1.0 / 6.0 if A == B == C else 0.5 if (A == B or B == C) else 1.0)
+    return (torch.tensor(rows, dtype=torch.int64, device=device).reshape(-1, 3),
+            torch.tensor(weights, dtype=torch.float64, device=device))
+
+
+def triples_energy_partials(
+    t1: torch.Tensor, t2: torch.Tensor, ovvv: torch.Tensor, ovoo: torch.Tensor, ovov: torch.Tensor,
+    fock_ov: torch.Tensor, mo_energy: torch.Tensor, occ_idx: torch.Tensor, occ_weight: torch.Tensor,
+    tile: int = 8, num_warps: int = 4,
+) -> torch.Tensor:
+    """Weighted partial (T) energies, one per (occupied triple, virtual tile triple); their sum is E(T).
+
+    Shapes as in :func:`torchhpc.ext.ccsdt.triples_energy`; ``occ_idx (n, 3)`` int64 and
+    ``occ_weight (n,)`` from :func:`torchhpc.ext.ccsdt.ops.occupied_triples`. All float64,
+    on one device (CUDA, or the CPU under ``TRITON_INTERPRET=1``).
+
+    Returns:
+        ``(n * n_tile_triples,)`` float64.
+    """
+    if tile < 1 or tile & (tile - 1) or tile > 32:
+        raise ValueError(f"tile must be a power of two <= 32, got {tile}")
+    o, v = t1.shape
+    tensors = {"t1": t1, "t2": t2, "ovvv": ovvv, "ovoo": ovoo, "ovov": ovov, "fock_ov": fock_ov,
+               "mo_energy": mo_energy, "occ_weight": occ_weight}
+    for name, x in tensors.items():
+        if x.dtype != torch.float64:
+            raise ValueError(f"{name} must be float64 (the kernel is FP64 throughout), got {x.dtype}")
+        if x.device != t1.device:
+            raise ValueError(f"{name} is on {x.device}, t1 on {t1.device}")
+    if occ_idx.dtype != torch.int64 or occ_idx.dim() != 2 or occ_idx.shape[1] != 3:
+        raise ValueError("occ_idx must be an (n, 3) int64 tensor")
+    dev = t1.device
+    vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
+    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
+    out = torch.empty(n_occ * n_vt, dtype=torch.float64, device=dev)
+    if out.numel() == 0:
+        return out
+    mo_energy = mo_energy.contiguous()
+    grid = (n_occ * n_vt,)
+    _triples_energy_kernel[grid](
+        t1.contiguous(), t2.contiguous(), ovvv.contiguous(), ovoo.contiguous(), ovov.contiguous(),
+        fock_ov.contiguous(), mo_energy[:o].contiguous(), mo_energy[o:].contiguous(),
+        occ_idx.contiguous(), occ_weight.contiguous(), vt_idx, vt_w, out,
+        n_vt, o, v, TILE=tile, num_warps=num_warps,
+    )
+    return out
