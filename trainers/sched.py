@@ -132,7 +132,7 @@ def build_trace(cfg: SchedConfig):
     return load_sched_trace(t.path, t.procs, t.generate_jobs, t.generate_seed, t.strict)
 
 
-def train(cfg: SchedConfig) -> dict:
+def train(cfg: SchedConfig, verbose: bool = True) -> dict:
     """Train a policy with PPO; returns the summary (also written to the run folder)."""
     import numpy as np
     import torch
@@ -196,8 +196,9 @@ def train(cfg: SchedConfig) -> dict:
             bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=1e-3, seed=cfg.seed, device=device)
             bc["seconds"] = round(time.time() - t_bc, 1)
             run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
-            print(f"warm start: imitated {P.imitate} on {bc['samples']} decisions, "
-                  f"accuracy {bc['accuracy']:.3f} ({bc['seconds']} s)")
+            if verbose:
+                print(f"warm start: imitated {P.imitate} on {bc['samples']} decisions, "
+                      f"accuracy {bc['accuracy']:.3f} ({bc['seconds']} s)")
         if ctx.initialized:
             for p in agent.parameters():
                 dist.broadcast(p.data, src=0)
@@ -394,7 +395,7 @@ def train(cfg: SchedConfig) -> dict:
         run.write_summary(summary)
         run.plot_metrics(["train_bsld", "train_sjf_bsld", "train_f1_bsld", "eval_bsld"], "learning_curve.png",
                          x="epoch", ylabel="average bounded slowdown", logy=True)
-        if rank == 0:
+        if rank == 0 and verbose:
             print(f"run folder: {run.dir}")
             if last_eval:
                 print(_table({k: v for k, v in summary["eval"].items()}))
