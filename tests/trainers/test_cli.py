@@ -69,3 +69,13 @@ def test_debug_shows_the_traceback(cli, tmp_path):
     """--debug re-raises so a developer sees where an error came from."""
     res = cli("demo", "--debug", "--set", "kraken.bogus=1")
     assert res.returncode != 0 and "Traceback" in res.stderr and "ConfigError" in res.stderr
+
+
+def test_help_does_not_import_torch():
+    """torchhpc --help stays fast: building the parser imports no torch (commands import it lazily)."""
+    import subprocess
+    import sys
+
+    code = "import sys, torchhpc.trainers.cli as c; c.build_parser(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False"
