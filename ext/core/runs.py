@@ -25,9 +25,9 @@ import os
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 import yaml
@@ -54,14 +54,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
+def _atomic_write(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write(fh)`` on a temp file beside ``path``, fsync, then rename it over ``path``.
+
+    Readers see the old file or the new one, never a part; a failure leaves no temp file behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -69,6 +72,11 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`_atomic_write`)."""
+    _atomic_write(path, lambda fh: fh.write(data))
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -77,20 +85,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then rename over ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(path.parent)
+    """``torch.save`` to ``path`` atomically (see :func:`_atomic_write`)."""
+    _atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 # ----------------------------------------------------------------------------- the run
