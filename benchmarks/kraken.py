@@ -1,15 +1,25 @@
-"""Benchmark: jagged embedding-bag pooling of a KeyedJaggedTensor, ours vs torchrec's EmbeddingBagCollection.
+"""Benchmarks of kraken against torchrec, in one run.
 
-Same KJT, same weights, one run: forward + backward time of
+1. ``stream`` — continual training on one synthetic click stream with the embeddings held four
+   ways (torchrec EBC with the full vocabulary + Adam, EBC hashed into a third of the rows,
+   torchrec's managed-collision EBC with LRU eviction in the same memory, and ours: dynamic
+   collision-free tables with row-wise AdaGrad and LRU eviction in the same memory).  Reports
+   progressive AUC / log-loss, peak embedding memory and samples/s of each
+   (see :mod:`torchhpc.ext.kraken.bench`; also ``torchhpc kraken bench``).
+2. ``pooling`` — jagged embedding-bag pooling of a KeyedJaggedTensor, ours vs torchrec's
+   EmbeddingBagCollection.
+
+Pooling: same KJT, same weights, one run: forward + backward time of
   * torchhpc ``pooled_embeddings`` (dispatch: Triton kernels on CUDA, torch's native op on the CPU),
   * torchrec ``EmbeddingBagCollection`` (the anchor),
   * on CUDA also our torch reference twin (gather + index_add), to show what the fused kernel saves.
 Reports the ratio anchor / ours per size (> 1 means we are faster).  Times are medians of interleaved
 repeats; absolute times mean something only on the GPU.
 
-    python benchmarks/kraken.py [--device auto|cpu|cuda] [--repeats 20] [--out runs/bench]
+    python benchmarks/kraken.py [--suite all|stream|pooling] [--steps 1500] [--device auto|cpu|cuda]
+                                [--repeats 15] [--out runs/bench]
 
-Writes ``<out>/kraken/pooling.json`` and ``pooling.png``.
+Writes ``<out>/kraken/stream.json``/``stream.png`` and ``<out>/kraken/pooling.json``/``pooling.png``.
 """
 
 from __future__ import annotations
@@ -83,7 +93,20 @@ def main() -> None:
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--out", default="runs/bench")
+    ap.add_argument("--suite", default="all", choices=["all", "stream", "pooling"])
+    ap.add_argument("--steps", type=int, default=1500, help="stream: batches of 512 samples (default 1500)")
     args = ap.parse_args()
+    if args.suite in ("all", "stream"):
+        from torchhpc.ext.kraken.bench import run_comparison
+
+        print("== continual training on one stream (CPU, torch threads:", torch.get_num_threads(), ")")
+        run_comparison(steps=args.steps, out=args.out)
+    if args.suite in ("all", "pooling"):
+        print("== jagged embedding-bag pooling")
+        pooling(args)
+
+
+def pooling(args) -> None:
     from torchhpc.ext.core.device import pick_device
 
     device = pick_device(args.device)

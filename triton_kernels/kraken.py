@@ -22,6 +22,9 @@ Kernels (one file, top to bottom, as in Triton's tutorials):
   of a row-sparse gradient.
 * ``_bag_backward_psw_kernel`` — d out / d psw: the dot product of each entry's
   row with its bag's output gradient.
+* ``_sparse_row_update_kernel`` — the fused sparse optimizer step: one program per
+  touched row reads its gradient once, updates the row-wise (or element-wise)
+  state and writes the row (SGD, row-wise AdaGrad, row-wise Adam, Adam).
 
 The launchers check shapes and dtypes; the autograd wrapper and the dispatch
 (Triton on CUDA, the torch twin elsewhere) live in ``torchhpc.ext.kraken.ops``.
@@ -166,6 +169,74 @@ def _bag_backward_psw_kernel(
     tl.store(grad_psw_ptr + ent, acc.to(grad_psw_ptr.dtype.element_ty), mask=emask)
 
 
+# kinds of the fused sparse row optimizer (shared with torchhpc.ext.kraken.optim)
+OPT_SGD, OPT_ROWWISE_ADAGRAD, OPT_ROWWISE_ADAM, OPT_ADAM = 0, 1, 2, 3
+
+
+@triton.jit
+def _sparse_row_update_kernel(
+    weight_ptr,  # (N, D) table, updated in place
+    rows_ptr,  # (U,) int64 unique touched rows
+    grad_ptr,  # (U, D) gradient of each touched row
+    m_ptr,  # (N, D) first moment (ROWWISE_ADAM, ADAM)
+    v_ptr,  # (N,) row-wise second moment / AdaGrad sum, or (N, D) for ADAM
+    D,
+    stride_w,
+    stride_g,
+    lr,
+    eps,
+    beta1,
+    beta2,
+    bc1,  # 1 - beta1**step
+    bc2,  # 1 - beta2**step
+    KIND: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # one program per touched row; row-wise kinds make two passes over the columns
+    pid = tl.program_id(0)
+    row = tl.load(rows_ptr + pid)
+    if KIND == 1 or KIND == 2:
+        # 1. mean squared gradient of the row
+        ss = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for d0 in range(0, D, BLOCK_D):
+            cols = d0 + tl.arange(0, BLOCK_D)
+            g = tl.load(grad_ptr + pid * stride_g + cols, mask=cols < D, other=0.0).to(tl.float32)
+            ss += g * g
+        msq = tl.sum(ss, axis=0) / D
+        v = tl.load(v_ptr + row).to(tl.float32)
+        if KIND == 1:
+            v = v + msq
+            scale = lr / (tl.sqrt(v) + eps)
+        else:
+            v = beta2 * v + (1.0 - beta2) * msq
+            scale = lr / (tl.sqrt(v / bc2) + eps)
+        tl.store(v_ptr + row, v.to(v_ptr.dtype.element_ty))
+    # 2. update the row
+    for d0 in range(0, D, BLOCK_D):
+        cols = d0 + tl.arange(0, BLOCK_D)
+        cmask = cols < D
+        g = tl.load(grad_ptr + pid * stride_g + cols, mask=cmask, other=0.0).to(tl.float32)
+        w = tl.load(weight_ptr + row * stride_w + cols, mask=cmask, other=0.0).to(tl.float32)
+        if KIND == 0:
+            w = w - lr * g
+        elif KIND == 1:
+            w = w - scale * g
+        elif KIND == 2:
+            m = tl.load(m_ptr + row * stride_w + cols, mask=cmask, other=0.0).to(tl.float32)
+            m = beta1 * m + (1.0 - beta1) * g
+            tl.store(m_ptr + row * stride_w + cols, m.to(m_ptr.dtype.element_ty), mask=cmask)
+            w = w - scale * (m / bc1)
+        else:
+            m = tl.load(m_ptr + row * stride_w + cols, mask=cmask, other=0.0).to(tl.float32)
+            vv = tl.load(v_ptr + row * stride_w + cols, mask=cmask, other=0.0).to(tl.float32)
+            m = beta1 * m + (1.0 - beta1) * g
+            vv = beta2 * vv + (1.0 - beta2) * g * g
+            tl.store(m_ptr + row * stride_w + cols, m.to(m_ptr.dtype.element_ty), mask=cmask)
+            tl.store(v_ptr + row * stride_w + cols, vv.to(v_ptr.dtype.element_ty), mask=cmask)
+            w = w - lr * (m / bc1) / (tl.sqrt(vv / bc2) + eps)
+        tl.store(weight_ptr + row * stride_w + cols, w.to(weight_ptr.dtype.element_ty), mask=cmask)
+
+
 # ----------------------------------------------------------------------------- launchers
 
 
@@ -269,3 +340,35 @@ def bag_backward_psw(
         MEAN=mean, ACC_FP64=weight.dtype == torch.float64, BLOCK_N=BLOCK_N, BLOCK_D=BLOCK_D,
     )
     return out
+
+
+def sparse_row_update(
+    kind: int,
+    weight: torch.Tensor,
+    rows: torch.Tensor,
+    grads: torch.Tensor,
+    m: torch.Tensor | None,
+    v: torch.Tensor | None,
+    lr: float,
+    eps: float = 1e-8,
+    beta1: float = 0.9,
+    beta2: float = 0.999,
+    step: int = 1,
+) -> None:
+    """Fused in-place optimizer update of the touched ``rows`` (unique) of ``weight`` with ``grads (U, D)``."""
+    if weight.dim() != 2 or weight.stride(1) != 1:
+        raise ValueError("weight must be a row-contiguous (N, D) table")
+    if rows.dtype != torch.int64 or rows.dim() != 1 or grads.shape != (rows.numel(), weight.shape[1]):
+        raise ValueError(f"rows must be int64 (U,) and grads (U, D); got {tuple(rows.shape)}, {tuple(grads.shape)}")
+    U, D = grads.shape
+    if U == 0:
+        return
+    grads = grads.contiguous()
+    dummy = weight
+    _sparse_row_update_kernel[(U,)](
+        weight, rows, grads, m if m is not None else dummy, v if v is not None else dummy,
+        D, weight.stride(0), grads.stride(0),
+        float(lr), float(eps), float(beta1), float(beta2),
+        float(1.0 - beta1**step), float(1.0 - beta2**step),
+        KIND=kind, BLOCK_D=_block_d(D),
+    )

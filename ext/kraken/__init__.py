@@ -1,21 +1,49 @@
-"""kraken: sparse embeddings for continual recommendation training (SC20 Kraken).
+"""kraken: dynamic sparse embeddings for continual recommendation training (SC20 Kraken).
 
-So far: the jagged embedding-bag op (:func:`jagged_embedding_bag`) over
-``KeyedJaggedTensor`` values/offsets, with its fused Triton kernels.
+* :class:`DynamicEmbeddingCollection` — KJT of raw 64-bit IDs -> pooled embeddings, like
+  torchrec's ``EmbeddingBagCollection`` but collision-free, growing to a memory budget,
+  with admission (count / probability) and eviction (LRU, LFU, TTL);
+  :class:`ShardedDynamicEmbeddingCollection` shards its rows over ranks (all-to-all).
+* :class:`SparseOptimizer` — row-wise AdaGrad, row-wise Adam, Adam, SGD on touched rows
+  (fused Triton kernel on CUDA).
+* :class:`DLRM`, :class:`ContinualTrainer`, :class:`ServingReplica` — the continual loop
+  with progressive validation, delta checkpoints and a replica that follows them.
+* :func:`jagged_embedding_bag` — the pooling op with its fused Triton kernels.
+
+Heavy submodules load on first use, so ``import torchhpc.ext.kraken`` stays cheap.
 """
 
-from .ops import (
-    check_bags,
-    jagged_embedding_bag,
-    jagged_embedding_bag_reference,
-    jagged_embedding_bag_torch,
-    pooled_embeddings,
-)
+from __future__ import annotations
 
-__all__ = [
-    "check_bags",
-    "jagged_embedding_bag",
-    "jagged_embedding_bag_reference",
-    "jagged_embedding_bag_torch",
-    "pooled_embeddings",
-]
+import importlib
+
+_EXPORTS = {
+    "DynamicEmbeddingCollection": "embedding",
+    "DynamicTableConfig": "embedding",
+    "ShardedDynamicEmbeddingCollection": "sharded",
+    "allreduce_dense_gradients": "sharded",
+    "SparseOptimizer": "optim",
+    "DLRM": "model",
+    "ContinualTrainer": "continual",
+    "ServingReplica": "continual",
+    "SyntheticClickStream": "stream",
+    "SyntheticConfig": "stream",
+    "read_criteo": "stream",
+    "IdIndex": "hashing",
+    "CountMinSketch": "hashing",
+    "auc": "metrics",
+    "ProgressiveValidation": "metrics",
+    "check_bags": "ops",
+    "jagged_embedding_bag": "ops",
+    "jagged_embedding_bag_reference": "ops",
+    "jagged_embedding_bag_torch": "ops",
+    "pooled_embeddings": "ops",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,56 @@
+"""A DLRM-style click model over any sparse module that maps a KJT to a ``KeyedTensor``.
+
+``DLRM(sparse, num_sparse, dim)``: the dense features go through the bottom MLP to
+one ``dim`` vector; the sparse module pools one ``dim`` vector per categorical
+feature; the interaction layer takes the dot product of every pair of those
+``K + 1`` vectors; the top MLP maps ``[bottom output, dot products]`` to a logit.
+
+The sparse module is ours (:class:`~torchhpc.ext.kraken.embedding.DynamicEmbeddingCollection`)
+or a torchrec one (see :mod:`torchhpc.ext.kraken.baselines`), so the benchmark
+compares embeddings with everything else equal.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from torchhpc.ext.core.errors import InputError
+
+
+def mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if i < len(sizes) - 2 or last_act:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    def __init__(self, sparse: nn.Module, num_sparse: int, dim: int, num_dense: int = 13,
+                 bottom: tuple[int, ...] = (64,), top: tuple[int, ...] = (64,), seed: int = 0):
+        super().__init__()
+        self.sparse = sparse
+        self.num_sparse, self.dim, self.num_dense = num_sparse, dim, num_dense
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.bottom = mlp([num_dense, *bottom, dim])
+            n = num_sparse + 1
+            self.top = mlp([dim + n * (n - 1) // 2, *top, 1], last_act=False)
+        iu = torch.triu_indices(n, n, offset=1)
+        self.register_buffer("_iu", iu, persistent=False)
+
+    def dense_parameters(self):
+        """The MLP parameters (the sparse module's rows are updated by its own optimizer)."""
+        return [p for n, p in self.named_parameters() if not n.startswith("sparse.")]
+
+    def forward(self, dense: torch.Tensor, kjt) -> torch.Tensor:
+        if dense.dim() != 2 or dense.shape[1] != self.num_dense:
+            raise InputError(f"dense features must be (B, {self.num_dense}), got {tuple(dense.shape)}")
+        x = self.bottom(dense)
+        kt = self.sparse(kjt)
+        emb = kt.values().view(x.shape[0], self.num_sparse, self.dim)
+        z = torch.cat([x.unsqueeze(1), emb], 1)  # (B, K+1, D)
+        dots = torch.bmm(z, z.transpose(1, 2))[:, self._iu[0], self._iu[1]]
+        return self.top(torch.cat([x, dots], 1)).squeeze(1)

@@ -1,0 +1,188 @@
+"""Click-log streams for continual training: a synthetic generator with a known click
+model, and a reader for Criteo-format TSV files.
+
+Both yield :class:`Batch` objects: dense features ``(B, 13)``, a torchrec
+``KeyedJaggedTensor`` of raw 64-bit categorical IDs, and labels ``(B,)``.
+
+**Synthetic stream.** Every sparse feature draws IDs by popularity rank from a
+Zipf law.  Rank ``r`` at batch ``t`` is the key ``r + floor(t * new_ids_per_batch)``:
+new keys keep arriving at the top of the popularity list while older ones drift
+down and fade — the regime Kraken targets (hot IDs change over time, the total
+vocabulary grows without bound).  Raw IDs are a 63-bit hash of (feature, key).
+Each (feature, key) has a hidden effect drawn from a hash, so the click model
+``p = sigmoid(bias + sum_f effect_f + w . dense)`` is known exactly and costs no
+memory.  ``batch(t)`` is a pure function of ``t`` and the seed: a resumed run
+sees exactly the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from torchhpc.ext.core.errors import ConfigError, InputError
+
+from .hashing import hash_uniform, mix64
+
+MASK63 = (1 << 63) - 1
+
+
+@dataclass
+class Batch:
+    dense: torch.Tensor  # (B, num_dense) float32
+    sparse: object  # torchrec KeyedJaggedTensor of raw IDs
+    labels: torch.Tensor  # (B,) float32 in {0, 1}
+    keys: torch.Tensor | None = None  # (B, K) the synthetic stream's dense key per feature (for baselines)
+
+    def to(self, device) -> Batch:
+        return Batch(self.dense.to(device), self.sparse.to(device), self.labels.to(device),
+                     None if self.keys is None else self.keys.to(device))
+
+
+@dataclass
+class SyntheticConfig:
+    num_sparse: int = 8
+    num_dense: int = 13
+    vocab: int = 20_000  # popularity ranks per feature
+    zipf: float = 1.1
+    new_ids_per_batch: float = 4.0
+    batch_size: int = 512
+    effect_scale: float = 1.0
+    dense_scale: float = 0.5
+    bias: float = -1.0
+    seed: int = 0
+
+
+class SyntheticClickStream:
+    """The synthetic click log (see the module doc)."""
+
+    def __init__(self, cfg: SyntheticConfig | None = None, **kwargs):
+        self.cfg = cfg or SyntheticConfig(**kwargs)
+        c = self.cfg
+        if c.num_sparse < 1 or c.vocab < 1 or c.batch_size < 1:
+            raise ConfigError("synthetic stream needs num_sparse, vocab and batch_size >= 1")
+        if c.zipf <= 0 or c.new_ids_per_batch < 0:
+            raise ConfigError("synthetic stream needs zipf > 0 and new_ids_per_batch >= 0")
+        p = torch.arange(1, c.vocab + 1, dtype=torch.float64).pow(-c.zipf)
+        self._cdf = torch.cumsum(p / p.sum(), 0)
+        g = torch.Generator().manual_seed(c.seed + 17)
+        self.dense_w = torch.randn(c.num_dense, generator=g) * c.dense_scale / math.sqrt(c.num_dense)
+        self.feature_names = [f"C{i + 1}" for i in range(c.num_sparse)]
+
+    def shift(self, t: int) -> int:
+        return int(math.floor(t * self.cfg.new_ids_per_batch))
+
+    def raw_ids(self, keys: torch.Tensor) -> torch.Tensor:
+        """Raw 63-bit IDs of dense keys ``(B, K)``: a hash of (feature, key)."""
+        f = torch.arange(keys.shape[1], dtype=torch.int64)
+        return mix64(keys * 64 + f, self.cfg.seed) & MASK63
+
+    def effects(self, keys: torch.Tensor) -> torch.Tensor:
+        """The hidden per-(feature, key) click effects ``(B, K)``: centred, std ``effect_scale / sqrt(K)``."""
+        u = hash_uniform(self.raw_ids(keys).reshape(-1), 1, seed=self.cfg.seed + 5).view(keys.shape)
+        scale = self.cfg.effect_scale * math.sqrt(3.0 / keys.shape[1])
+        return (2 * u - 1) * scale
+
+    def batch(self, t: int) -> Batch:
+        from torchrec import KeyedJaggedTensor
+
+        c = self.cfg
+        g = torch.Generator().manual_seed(c.seed * 1_000_003 + t)
+        u = torch.rand((c.batch_size, c.num_sparse), generator=g, dtype=torch.float64)
+        ranks = torch.searchsorted(self._cdf, u).clamp_(max=c.vocab - 1)
+        keys = ranks + self.shift(t)
+        dense = torch.randn((c.batch_size, c.num_dense), generator=g)
+        logit = c.bias + self.effects(keys).sum(1) + dense @ self.dense_w
+        labels = (torch.rand(c.batch_size, generator=g) < torch.sigmoid(logit)).float()
+        ids = self.raw_ids(keys)  # (B, K)
+        kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=self.feature_names, values=ids.t().reshape(-1),
+            lengths=torch.ones(c.num_sparse * c.batch_size, dtype=torch.int64),
+        )
+        return Batch(dense, kjt, labels, keys)
+
+    def click_probability(self, batch: Batch) -> torch.Tensor:
+        """The true click probability of each sample (the Bayes-optimal predictor)."""
+        return torch.sigmoid(self.cfg.bias + self.effects(batch.keys).sum(1) + batch.dense @ self.dense_w)
+
+    def __iter__(self) -> Iterator[Batch]:
+        t = 0
+        while True:
+            yield self.batch(t)
+            t += 1
+
+
+# ----------------------------------------------------------------------------- Criteo TSV
+
+CRITEO_DENSE, CRITEO_SPARSE = 13, 26
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+
+
+def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iterator[Batch]:
+    """Batches from a Criteo-format TSV file (``.gz`` too), from line ``start`` on.
+
+    Each line: ``label \\t I1..I13 \\t C1..C26`` — integer dense features (empty = 0,
+    transformed ``log(1 + max(x, 0))``) and hexadecimal categorical IDs (empty = no
+    ID for that sample, a zero-length bag).  Raw IDs are ``hash(column, value)``, so
+    equal hex strings in different columns stay different features.
+
+    Raises:
+        InputError: a missing file, or a line with a wrong field count or a bad number
+            (reported with its line number).
+    """
+    from torchrec import KeyedJaggedTensor
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such Criteo TSV file")
+    names = [f"C{i + 1}" for i in range(CRITEO_SPARSE)]
+    col_salt = torch.arange(CRITEO_SPARSE, dtype=torch.int64)
+
+    def flush(labels, dense, cats):
+        B = len(labels)
+        raw = torch.tensor(cats, dtype=torch.int64).view(B, CRITEO_SPARSE)  # -1 = missing
+        present = raw >= 0
+        ids = mix64(raw * 32 + col_salt, 99) & MASK63
+        # feature-major layout: all samples of C1, then C2, ...
+        lengths = present.t().reshape(-1).long()
+        values = ids.t().reshape(-1)[present.t().reshape(-1)]
+        d = torch.tensor(dense, dtype=torch.float32).view(B, CRITEO_DENSE)
+        d = torch.log1p(d.clamp(min=0))
+        kjt = KeyedJaggedTensor.from_lengths_sync(keys=names, values=values, lengths=lengths)
+        return Batch(d, kjt, torch.tensor(labels, dtype=torch.float32))
+
+    labels, dense, cats = [], [], []
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if lineno <= start:
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 1 + CRITEO_DENSE + CRITEO_SPARSE:
+                raise InputError(
+                    f"{path}:{lineno}: expected {1 + CRITEO_DENSE + CRITEO_SPARSE} tab-separated fields "
+                    f"(label, 13 integer, 26 categorical), found {len(parts)}"
+                )
+            try:
+                lab = int(parts[0])
+                dv = [int(x) if x else 0 for x in parts[1:1 + CRITEO_DENSE]]
+                cv = [int(x, 16) & MASK63 if x else -1 for x in parts[1 + CRITEO_DENSE:]]
+            except ValueError as exc:
+                raise InputError(f"{path}:{lineno}: {exc}") from None
+            if lab not in (0, 1):
+                raise InputError(f"{path}:{lineno}: label must be 0 or 1, found {lab}")
+            labels.append(lab)
+            dense.extend(dv)
+            cats.extend(cv)
+            if len(labels) == batch_size:
+                yield flush(labels, dense, cats)
+                labels, dense, cats = [], [], []
+    if labels:
+        yield flush(labels, dense, cats)

@@ -1,0 +1,82 @@
+"""Click streams (synthetic and Criteo TSV) and the progressive-validation metrics."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.kraken.metrics import ProgressiveValidation, auc, log_loss
+from torchhpc.ext.kraken.stream import SyntheticClickStream, read_criteo
+
+pytest.importorskip("torchrec")
+
+
+def test_auc_and_logloss_match_torchmetrics_and_torch():
+    from torchmetrics.functional.classification import binary_auroc
+
+    g = torch.Generator().manual_seed(0)
+    y = (torch.rand(5000, generator=g) < 0.3).float()
+    s = (torch.randn(5000, generator=g) + y).sigmoid()
+    s = (s * 50).round() / 50  # many ties
+    assert auc(s, y) == pytest.approx(float(binary_auroc(s, y.long())), abs=1e-6)
+    ref = torch.nn.functional.binary_cross_entropy(s.double().clamp(1e-7, 1 - 1e-7), y.double())
+    assert log_loss(s, y) == pytest.approx(float(ref), rel=1e-9)
+    assert auc(torch.tensor([0.1, 0.9]), torch.tensor([0.0, 1.0])) == 1.0
+    assert auc(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 1.0])) != auc(torch.tensor([0.5]), torch.tensor([1.0]))
+
+
+def test_progressive_validation_window():
+    pv = ProgressiveValidation(window=100)
+    for i in range(10):
+        pv.update(torch.full((40,), 0.5), torch.tensor([float(i % 2)] * 40))
+    assert 100 <= sum(p.numel() for p in pv._p) < 140
+    assert pv.result()["logloss"] == pytest.approx(0.6931, abs=1e-3)
+
+
+def test_synthetic_stream_is_deterministic_drifts_and_has_a_learnable_click_model():
+    s = SyntheticClickStream(num_sparse=3, vocab=500, batch_size=4000, new_ids_per_batch=50, seed=1)
+    a, b = s.batch(7), s.batch(7)
+    assert torch.equal(a.sparse.values(), b.sparse.values()) and torch.equal(a.labels, b.labels)
+    assert a.sparse.keys() == ["C1", "C2", "C3"] and a.dense.shape == (4000, 13)
+    assert int(a.sparse.values().min()) >= 0
+    early, late = set(s.batch(0).sparse.values().tolist()), set(s.batch(40).sparse.values().tolist())
+    assert len(late - early) > 0.5 * len(late)  # the hot IDs moved on
+    p = s.click_probability(a)
+    assert auc(p, a.labels) > 0.75  # the known model explains the clicks
+    assert abs(float(p.mean()) - float(a.labels.mean())) < 0.03
+
+
+def _criteo_line(label, dense, cats):
+    return "\t".join([str(label), *[str(x) if x is not None else "" for x in dense],
+                      *[c or "" for c in cats]]) + "\n"
+
+
+def test_criteo_reader(tmp_path):
+    lines = [_criteo_line(i % 2, [i, None, 3] + [0] * 10, [f"{i:08x}", None] + ["68fd1e64"] * 24) for i in range(5)]
+    path = tmp_path / "day.tsv.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.writelines(lines)
+    batches = list(read_criteo(path, batch_size=2))
+    assert [b.labels.numel() for b in batches] == [2, 2, 1]
+    b0 = batches[0]
+    assert b0.dense.shape == (2, 13) and float(b0.dense[1, 0]) == pytest.approx(torch.log1p(torch.tensor(1.0)))
+    jt = b0.sparse.to_dict()
+    assert jt["C2"].lengths().tolist() == [0, 0]  # missing categorical -> empty bag
+    assert jt["C1"].values()[0] != jt["C1"].values()[1]
+    assert jt["C3"].values()[0] != jt["C4"].values()[0]  # same hex string, different columns
+    assert list(read_criteo(path, batch_size=10, start=3))[0].labels.numel() == 2
+
+
+def test_criteo_reader_bad_lines(tmp_path):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text(_criteo_line(1, [0] * 13, ["a"] * 26) + "1\t2\t3\n")
+    with pytest.raises(InputError, match=r"bad.tsv:2: expected 40 tab-separated fields"):
+        list(read_criteo(bad))
+    bad.write_text(_criteo_line(1, [0] * 13, ["zz"] + ["a"] * 25))
+    with pytest.raises(InputError, match=r"bad.tsv:1:"):
+        list(read_criteo(bad))
+    with pytest.raises(InputError, match="no such Criteo"):
+        list(read_criteo(tmp_path / "missing.tsv"))

@@ -1,0 +1,53 @@
+"""``torchhpc kraken``: train from a config, serve from its checkpoints, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torchrec")
+
+REPO = Path(__file__).resolve().parents[2]
+DEBUG = str(REPO / "configs" / "kraken" / "debug.yaml")
+
+
+def test_train_then_serve(cli, tmp_path):
+    res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
+              "--set", "run.progress=false")
+    assert res.returncode == 0, res.stderr
+    run = tmp_path / "kraken" / "r"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 60 and 0.0 <= summary["auc"] <= 1.0
+    assert (run / "learning_curve.png").is_file()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60] and all("auc" in r for r in rows)
+    # every table stayed within its 300 rows
+    assert all(t["rows"] <= 300 for t in summary["tables"].values())
+    res = cli("kraken", "serve", "--checkpoint-dir", str(run / "checkpoints"), "--until-step", "60",
+              "--duration", "60", "--poll", "0.05")
+    assert res.returncode == 0, res.stderr
+    out = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
+    assert out[-1]["summary"]["step"] == 60 and out[-1]["summary"]["batches_served"] >= 1
+    assert 0.0 <= out[-1]["summary"]["served_auc"] <= 1.0
+
+
+@pytest.mark.parametrize("args,words", [
+    (["train", "--config", "nope.yaml"], "nope.yaml"),
+    (["train", "--config", DEBUG, "--set", "tables.eviction=fifo"], "tables.eviction"),
+    (["train", "--config", DEBUG, "--set", "stream.source=criteo"], "stream.path"),
+    (["train", "--config", DEBUG, "--set", "tables.max_rows=0", "--set", "tables.memory_budget_mb=0.0001"],
+     "too small for one row"),
+    (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
+])
+def test_bad_input_is_one_line(cli, tmp_path, args, words):
+    res = cli("kraken", *args, "--set" if args[0] == "train" else "--poll",
+              f"run.root={tmp_path}" if args[0] == "train" else "0.01")
+    assert res.returncode != 0
+    assert words in res.stderr and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_help_lists_subcommands(cli):
+    res = cli("kraken", "--help")
+    assert res.returncode == 0 and all(w in res.stdout for w in ("train", "serve", "bench"))
