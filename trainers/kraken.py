@@ -329,7 +329,15 @@ def serve(checkpoint_dir: str, duration: float = 30.0, poll: float = 0.5, reques
     cfg = load_config(KrakenConfig, cfg_path, [])
     if cfg.stream.source != "synthetic" and requests:
         requests = 0  # requests come from the synthetic stream; a Criteo run is served without scoring
-    replica = ServingReplica(build_model(cfg, "cpu"), ckpt)
+    shards = sorted(ckpt.glob("rank*"))
+    if shards:  # a sharded run: one collection per shard, IDs routed to their owner
+        from torchhpc.ext.kraken.sharded import RoutedEmbeddingCollection
+
+        model = build_model(cfg, "cpu")
+        model.sparse = RoutedEmbeddingCollection([build_model(cfg, "cpu").sparse for _ in shards])
+    else:
+        model = build_model(cfg, "cpu")
+    replica = ServingReplica(model, ckpt)
     stream = build_stream(cfg)
     t_start, last_load = time.time(), time.time()
     loads, served, stale = 0, 0, []
@@ -340,7 +348,7 @@ def serve(checkpoint_dir: str, duration: float = 30.0, poll: float = 0.5, reques
             stale.append(info["staleness_s"])
             last_load = time.time()
             if verbose:
-                print(json.dumps({"loaded": info["kind"], "step": info["step"],
+                print(json.dumps({"loaded": info["kind"], "step": info["step"], "shard": info["shard"],
                                   "staleness_s": round(info["staleness_s"], 3)}), flush=True)
         if replica.step >= 0 and requests and stream is not None:
             # requests: the next traffic after the step the replica holds

@@ -157,36 +157,53 @@ class ServingReplica:
     """A read-only copy of the model that follows a trainer's checkpoint folder.
 
     :meth:`poll` applies any full checkpoint or delta newer than what it holds
-    (rows only, no optimizer state needed) and returns what it loaded, with the
-    staleness: seconds from the file being written to being applied.
+    and returns what it loaded, with the staleness: seconds from the file being
+    written to being applied.  For a sharded run (``checkpoints/rank<r>/``) the
+    model's sparse module is a :class:`~torchhpc.ext.kraken.sharded.RoutedEmbeddingCollection`
+    with one collection per shard, each following its rank's files; the dense
+    weights come from rank 0.
     """
 
     def __init__(self, model: DLRM, ckpt_dir: str | Path):
+        from .sharded import RoutedEmbeddingCollection
+
         self.model = model.eval()
         self.ckpt_dir = Path(ckpt_dir)
-        self.step = -1
-        self.base = -1
+        if isinstance(model.sparse, RoutedEmbeddingCollection):
+            dirs = [self.ckpt_dir / f"rank{r}" for r in range(len(model.sparse.shards))]
+            self.followers = [[d, c, -1] for d, c in zip(dirs, model.sparse.shards, strict=True)]
+        else:
+            self.followers = [[self.ckpt_dir, model.sparse, -1]]
+
+    @property
+    def step(self) -> int:
+        """The training step every shard has reached (-1 before the first load)."""
+        return min(f[2] for f in self.followers)
 
     def poll(self) -> list[dict]:
         loaded = []
-        full, deltas = restore_plan(self.ckpt_dir)
-        if full is None:
-            return loaded
-        base = int(_FILE_RE.match(full.name)[2])
-        todo: list[Path] = []
-        if base > self.step:  # a newer full checkpoint than anything we hold: start from it
-            todo = [full]
-        todo += [p for p in deltas if int(_FILE_RE.match(p.name)[2]) > max(self.step, base)]
-        for path in todo:
-            blob = _load(path)
-            if blob["kind"] == "full":
-                self.model.load_state_dict(blob["model"])
-                self.base = int(blob["step"])
-            else:
-                self.model.sparse.apply_delta(blob["sparse"])
-                self.model.load_state_dict(blob["dense"], strict=False)
-            self.step = int(blob["step"])
-            loaded.append({"step": self.step, "kind": blob["kind"], "staleness_s": time.time() - blob["time"]})
+        for i, follower in enumerate(self.followers):
+            directory, sparse, held = follower
+            full, deltas = restore_plan(directory)
+            if full is None:
+                continue
+            base = int(_FILE_RE.match(full.name)[2])
+            todo = [full] if base > held else []  # a newer full checkpoint than what we hold: start there
+            todo += [p for p in deltas if int(_FILE_RE.match(p.name)[2]) > max(held, base)]
+            for path in todo:
+                blob = _load(path)
+                if blob["kind"] == "full":
+                    sparse.load_state_dict({k[len("sparse."):]: v for k, v in blob["model"].items()
+                                            if k.startswith("sparse.")})
+                    dense = {k: v for k, v in blob["model"].items() if not k.startswith("sparse.")}
+                else:
+                    sparse.apply_delta(blob["sparse"])
+                    dense = blob["dense"]
+                if i == 0:
+                    self.model.load_state_dict(dense, strict=False)
+                follower[2] = int(blob["step"])
+                loaded.append({"step": follower[2], "kind": blob["kind"], "shard": i,
+                               "staleness_s": time.time() - blob["time"]})
         return loaded
 
     @torch.no_grad()

@@ -50,6 +50,11 @@ class DLRM(nn.Module):
             raise InputError(f"dense features must be (B, {self.num_dense}), got {tuple(dense.shape)}")
         x = self.bottom(dense)
         kt = self.sparse(kjt)
+        if kt.values().shape != (x.shape[0], self.num_sparse * self.dim):
+            raise InputError(
+                f"sparse features pool to {tuple(kt.values().shape)}, expected ({x.shape[0]}, "
+                f"{self.num_sparse} x {self.dim}): the KJT's batch size or feature count differs from the dense input"
+            )
         emb = kt.values().view(x.shape[0], self.num_sparse, self.dim)
         z = torch.cat([x.unsqueeze(1), emb], 1)  # (B, K+1, D)
         dots = torch.bmm(z, z.transpose(1, 2))[:, self._iu[0], self._iu[1]]

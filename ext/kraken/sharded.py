@@ -149,3 +149,47 @@ def allreduce_dense_gradients(params, group=None) -> None:
         n = p.grad.numel()
         p.grad.copy_(flat[i:i + n].view_as(p.grad))
         i += n
+
+
+class RoutedEmbeddingCollection(torch.nn.Module):
+    """A read-only view over the shards of a sharded run, in one process (for serving).
+
+    Each ID is looked up in the shard that owns it (:func:`owner_of`); IDs without a
+    row read zeros.  The shards are plain :class:`DynamicEmbeddingCollection` objects
+    (e.g. each following its rank's checkpoints).
+    """
+
+    def __init__(self, shards: list[DynamicEmbeddingCollection]):
+        super().__init__()
+        self.shards = list(shards)  # not submodules: each is loaded from its own rank's files
+        self.feature_names = self.shards[0].feature_names
+
+    @torch.no_grad()
+    def forward(self, kjt):
+        from torchrec.sparse.jagged_tensor import KeyedTensor
+
+        first = self.shards[0]
+        first._check_kjt(kjt)
+        jts = kjt.to_dict()
+        pooled = {}
+        W = len(self.shards)
+        for name, table in first.tables.items():
+            cfg = table.cfg
+            feats = [jts[f] for f in cfg.features]
+            values = torch.cat([jt.values() for jt in feats]).long()
+            uniq, inv = torch.unique(values, return_inverse=True)
+            owner = owner_of(uniq, W)
+            emb = torch.zeros((uniq.numel(), cfg.dim), dtype=table.weight.dtype)
+            for r, shard in enumerate(self.shards):
+                m = owner == r
+                t = shard.tables[name]
+                rows = t.index.lookup(uniq[m].to(t.device)).cpu()
+                emb[m] = t.weight[rows.clamp(min=0)].cpu() * (rows >= 0).unsqueeze(1)
+            start = 0
+            for f, jt in zip(cfg.features, feats, strict=True):
+                n = jt.values().numel()
+                w = jt.weights_or_none()
+                pooled[f] = jagged_embedding_bag(emb, inv[start:start + n], jt.offsets(), cfg.pooling, w,
+                                                 validate=False)
+                start += n
+        return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])

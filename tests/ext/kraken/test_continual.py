@@ -130,3 +130,17 @@ def test_sharded_two_ranks_equals_one_process(tmp_path):
         if not k.startswith("sparse."):
             torch.testing.assert_close(shards[0][k], v, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(shards[1][k], v, rtol=1e-4, atol=1e-5)
+    # a serving replica of the sharded run routes each ID to its shard: same predictions as one process
+    from torchhpc.ext.kraken.continual import ServingReplica
+    from torchhpc.ext.kraken.sharded import RoutedEmbeddingCollection
+    from torchhpc.trainers.kraken import build_stream
+
+    cfg = _cfg(tmp_path, "single", *extra)
+    routed = build_model(cfg, "cpu")
+    routed.sparse = RoutedEmbeddingCollection([build_model(cfg, "cpu").sparse for _ in range(2)])
+    a = ServingReplica(routed, tmp_path / "kraken" / "sharded" / "checkpoints")
+    b = ServingReplica(build_model(cfg, "cpu"), tmp_path / "kraken" / "single" / "checkpoints")
+    assert {x["shard"] for x in a.poll()} == {0, 1} and a.step == 30
+    b.poll()
+    batch = build_stream(cfg).batch(31)
+    torch.testing.assert_close(a.predict(batch), b.predict(batch), rtol=1e-4, atol=1e-5)
