@@ -59,6 +59,7 @@ class TableOptions:
                                      ge=0)
     admit_count: int = option(1, help="sightings before an ID gets a row", ge=1)
     admit_prob: float = option(1.0, help="probability an eligible new ID is admitted per batch", gt=0, le=1)
+    admit_window: int = option(100, help="admission counts halve every N batches (0: never)", ge=0)
     eviction: str = option("lru", help="lru | lfu | none (when a table is full)", choices=["lru", "lfu", "none"])
     ttl: int = option(0, help="evict rows unseen for this many batches (0: never)", ge=0)
     pooling: str = option("sum", help="sum | mean", choices=["sum", "mean"])
@@ -135,7 +136,7 @@ def build_model(cfg: KrakenConfig, device, sharded: bool = False, optimizer_kind
         name=f"t_{f}", dim=cfg.model.dim, features=[f], max_rows=t.max_rows,
         memory_budget=int(t.memory_budget_mb * 2**20), init_rows=t.init_rows, pooling=t.pooling,
         admit_count=t.admit_count, admit_prob=t.admit_prob, eviction=t.eviction, ttl=t.ttl,
-        init_scale=t.init_scale,
+        init_scale=t.init_scale, admit_window=t.admit_window,
     ) for f in names]
     opt = SparseOptimizer(optimizer_kind or cfg.optim.sparse, lr=cfg.optim.sparse_lr)
     if sharded:
@@ -229,7 +230,14 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
         if rank == 0 or sharded:
             ckpt_dir.mkdir(parents=True, exist_ok=True)
         if cfg.run.resume:
-            trainer.restore(ckpt_dir)
+            upto = None
+            if sharded:  # every rank must restart from the same step, whatever a crash left behind
+                from torchhpc.ext.kraken.continual import restorable_step
+
+                newest = torch.tensor([restorable_step(ckpt_dir)])
+                dist.all_reduce(newest, op=dist.ReduceOp.MIN)
+                upto = int(newest)
+            trainer.restore(ckpt_dir, upto)
             run.truncate_metrics(trainer.step)
             if verbose and rank == 0:
                 print(f"resumed {run.dir} at step {trainer.step}")
@@ -238,7 +246,7 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
 
         has_full = restore_plan(ckpt_dir)[0] is not None
         C = cfg.checkpoint
-        t0 = time.time()
+        t0, step0 = time.time(), trainer.step
         rows_written = 0
         loss = torch.tensor(float("nan"))
         bar = run.progress(total=cfg.train.steps, initial=trainer.step, desc="kraken", unit="batch")
@@ -255,7 +263,7 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
                 rows = sum(s["rows"] for s in stats.values())
                 run.log(step, loss=float(loss), auc=pv["auc"], logloss=pv["logloss"], ctr=pv["ctr"],
                         rows=rows, table_mb=mem["total"] / 2**20,
-                        samples_per_s=step * cfg.stream.batch_size / max(time.time() - t0, 1e-9))
+                        samples_per_s=(step - step0) * cfg.stream.batch_size / max(time.time() - t0, 1e-9))
                 bar.set_postfix(auc=f"{pv['auc']:.4f}", rows=rows)
             if writes:
                 # the first checkpoint of a run is a full one: deltas need a base to apply to

@@ -356,8 +356,11 @@ def sparse_row_update(
     step: int = 1,
 ) -> None:
     """Fused in-place optimizer update of the touched ``rows`` (unique) of ``weight`` with ``grads (U, D)``."""
-    if weight.dim() != 2 or weight.stride(1) != 1:
-        raise ValueError("weight must be a row-contiguous (N, D) table")
+    if weight.dim() != 2 or not weight.is_contiguous():
+        raise ValueError("weight must be a contiguous (N, D) table")
+    for name, t in (("m", m), ("v", v)):  # the kernel addresses state rows with the weight's row stride
+        if t is not None and (not t.is_contiguous() or t.shape[0] != weight.shape[0]):
+            raise ValueError(f"optimizer state {name} must be contiguous with one entry per table row")
     if rows.dtype != torch.int64 or rows.dim() != 1 or grads.shape != (rows.numel(), weight.shape[1]):
         raise ValueError(f"rows must be int64 (U,) and grads (U, D); got {tuple(rows.shape)}, {tuple(grads.shape)}")
     U, D = grads.shape

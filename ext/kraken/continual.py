@@ -42,14 +42,22 @@ def checkpoint_files(ckpt_dir: str | Path) -> list[tuple[int, str, Path]]:
     return sorted(out, key=lambda x: (x[0], x[1] != "full"))
 
 
-def restore_plan(ckpt_dir: str | Path) -> tuple[Path | None, list[Path]]:
-    """The newest full checkpoint and the deltas written after it, in order."""
-    files = checkpoint_files(ckpt_dir)
+def restore_plan(ckpt_dir: str | Path, upto: int | None = None) -> tuple[Path | None, list[Path]]:
+    """The newest full checkpoint (at or before step ``upto``) and the deltas after it, in order."""
+    files = [f for f in checkpoint_files(ckpt_dir) if upto is None or f[0] <= upto]
     fulls = [f for f in files if f[1] == "full"]
     if not fulls:
         return None, []
     base = fulls[-1][0]
     return fulls[-1][2], [p for s, k, p in files if k == "delta" and s > base]
+
+
+def restorable_step(ckpt_dir: str | Path) -> int:
+    """The newest step :meth:`ContinualTrainer.restore` can reach from this folder (-1: none)."""
+    full, deltas = restore_plan(ckpt_dir)
+    if full is None:
+        return -1
+    return int(_FILE_RE.match((deltas[-1] if deltas else full).name)[2])
 
 
 def _load(path: Path) -> dict:
@@ -118,7 +126,7 @@ class ContinualTrainer:
                  "time": time.time()}
         path = Path(ckpt_dir) / f"delta-{self.step:08d}.pt"
         atomic_torch_save(state, path)
-        self.model.sparse.mark_clean()  # a failed write keeps the rows for the next delta
+        self.model.sparse.mark_clean()  # only after the write succeeded: an exception leaves the rows marked
         return path, rows
 
     def prune(self, ckpt_dir: str | Path, keep_full: int = 2) -> None:
@@ -132,10 +140,14 @@ class ContinualTrainer:
             if s < cut:
                 p.unlink(missing_ok=True)
 
-    def restore(self, ckpt_dir: str | Path) -> dict | None:
-        """Load the newest full checkpoint and replay the deltas after it; returns the last ``extra``."""
-        full, deltas = restore_plan(ckpt_dir)
-        if full is None:
+    def restore(self, ckpt_dir: str | Path, upto: int | None = None) -> dict | None:
+        """Load the newest full checkpoint and replay the deltas after it (all at or before step
+        ``upto``); files of later steps are removed, as training will write them again.  Returns the
+        last checkpoint's ``extra``."""
+        full, deltas = restore_plan(ckpt_dir, upto)
+        if full is None:  # nothing to restore: leftover files (deltas without a base) would mislead later
+            for _step, _kind, path in checkpoint_files(ckpt_dir):
+                path.unlink(missing_ok=True)
             return None
         blob = _load(full)
         self.model.load_state_dict(blob["model"])
@@ -150,6 +162,9 @@ class ContinualTrainer:
             self.pv.load_state_dict(blob["pv"])
             self.step, extra = int(blob["step"]), blob.get("extra", {})
         self.model.sparse.mark_clean()
+        for step, _kind, path in checkpoint_files(ckpt_dir):
+            if step > self.step:
+                path.unlink(missing_ok=True)
         return extra
 
 
@@ -191,6 +206,8 @@ class ServingReplica:
             todo = [full] if base > held else []  # a newer full checkpoint than what we hold: start there
             todo += [p for p in deltas if int(_FILE_RE.match(p.name)[2]) > max(held, base)]
             for path in todo:
+                if not path.exists():  # pruned by the trainer since we listed it: catch up next poll
+                    break
                 blob = _load(path)
                 if blob["kind"] == "full":
                     sparse.load_state_dict({k[len("sparse."):]: v for k, v in blob["model"].items()

@@ -62,7 +62,9 @@ class DynamicTableConfig:
         eviction: ``lru``, ``lfu`` or ``none`` (then a full table admits nothing more).
         ttl: evict rows not seen for this many batches (0 = never).
         init_scale: new rows are uniform in ``[-init_scale, init_scale]``.
-        sketch_width: counters per row of the admission sketch (0: one per table row).
+        sketch_width: counters per row of the admission sketch (0: one per table row, at least 1024).
+        admit_window: the sketch halves its counts every this many batches, so sightings count
+            over roughly the recent window and counters never saturate (0: never).
     """
 
     name: str
@@ -78,6 +80,7 @@ class DynamicTableConfig:
     ttl: int = 0
     init_scale: float = 0.01
     sketch_width: int = 0
+    admit_window: int = 100
 
     def validate(self, optimizer: SparseOptimizer) -> None:
         if self.dim < 1:
@@ -88,8 +91,8 @@ class DynamicTableConfig:
             raise ConfigError(f"table {self.name!r}: eviction must be one of {', '.join(EVICTIONS)}")
         if self.admit_count < 1 or not 0.0 < self.admit_prob <= 1.0:
             raise ConfigError(f"table {self.name!r}: need admit_count >= 1 and 0 < admit_prob <= 1")
-        if self.ttl < 0:
-            raise ConfigError(f"table {self.name!r}: ttl must be >= 0")
+        if self.ttl < 0 or self.admit_window < 0:
+            raise ConfigError(f"table {self.name!r}: ttl and admit_window must be >= 0")
         if self.memory_budget:
             one = self.table_bytes(1, optimizer)
             if self.memory_budget < one:
@@ -115,7 +118,7 @@ class DynamicTableConfig:
 
     def sketch_columns(self, rows: int) -> int:
         """Counters per sketch row: ``sketch_width``, or by default one per table row (a power of two)."""
-        return self.sketch_width or (1 << max(8, int(rows - 1).bit_length()))
+        return self.sketch_width or (1 << max(10, int(rows - 1).bit_length()))
 
     def table_bytes(self, rows: int, optimizer: SparseOptimizer) -> int:
         """Everything a full table of ``rows`` rows holds: rows, state, metadata, index, admission sketch."""
@@ -181,7 +184,10 @@ class DynamicTable:
     # ------------------------------------------------------------------ admission / eviction
     def _free_rows(self, n: int, protect: torch.Tensor, step: int) -> torch.Tensor:
         """Up to ``n`` free rows: unused ones first, then grow, then evict (never rows in ``protect``)."""
-        free = torch.nonzero(self.row_id < 0).squeeze(1)
+        if self.rows_used < self.rows_allocated:
+            free = torch.nonzero(self.row_id < 0).squeeze(1)
+        else:  # the usual case once a table is full: skip the scan
+            free = self.row_id.new_empty(0)
         if free.numel() < n and self.rows_allocated < self.cfg.max_rows:
             self._grow(self.rows_used + n)
             free = torch.nonzero(self.row_id < 0).squeeze(1)
@@ -263,6 +269,8 @@ class DynamicTable:
             return rows
         if counts is None:
             counts = torch.ones_like(ids)
+        if self.sketch is not None and self.cfg.admit_window and step % self.cfg.admit_window == 0:
+            self.sketch.decay(0.5)  # every shard decays at the same steps, whatever IDs it saw
         miss = rows < 0
         if bool(miss.any()):
             rows[miss] = self.admit(ids[miss], counts[miss], step, protect=rows[~miss])
@@ -462,6 +470,7 @@ class DynamicEmbeddingCollection(nn.Module):
                 raise InputError(f"table {table!r} has room for {free.numel()} more rows, not {int(new.sum())}")
             t.index.insert(ids[new], free)
             t.row_id[free] = ids[new]
+            t.last_seen[free] = self.iteration
             rows = t.index.lookup(ids)
         t.weight[rows] = weights.to(t.weight)
         t.dirty[rows] = True

@@ -182,7 +182,7 @@ class IdIndex:
     def remove(self, ids: torch.Tensor) -> torch.Tensor:
         """Delete IDs (absent ones are ignored); returns the rows they held."""
         slot = self._find(ids.reshape(-1).long())
-        slot = slot[slot >= 0]
+        slot = torch.unique(slot[slot >= 0])  # an ID listed twice is removed once
         rows = self.values[slot].long()
         self.keys[slot] = DELETED
         self.values[slot] = -1

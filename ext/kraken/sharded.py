@@ -17,12 +17,13 @@ on its own slice of the batch (data parallel):
 Dense parameters are averaged with :func:`allreduce_dense_gradients` (call it
 before the dense optimizer step).  With gloo on CPU and NCCL on GPU.
 
-Equality with one process: admission (counts, probability), TTL expiry,
-initialisation and updates depend only on the ID and the global batch, so the
-sharded tables hold exactly the rows one process would hold for the
-concatenated global batch (to float summation order) — as long as no table is
-full.  Capacity eviction (LRU/LFU at ``max_rows``) is decided per shard, so each
-shard evicts its own least-used rows.
+Equality with one process: probability admission, TTL expiry, initialisation
+and updates depend only on the ID and the global batch, so the sharded tables
+hold exactly the rows one process would hold for the concatenated global batch
+(to float summation order) — as long as no table is full and no count-min
+collision changes a count-admission decision (each shard counts only the IDs it
+owns).  Capacity eviction (LRU/LFU at ``max_rows``) is decided per shard, and
+each shard gets the whole per-table budget (``world x max_rows`` rows in all).
 """
 
 from __future__ import annotations

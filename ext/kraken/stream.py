@@ -122,6 +122,13 @@ class SyntheticClickStream:
 CRITEO_DENSE, CRITEO_SPARSE = 13, 26
 
 
+def _signed64(v: int) -> int:
+    """A hexadecimal ID of up to 64 bits as the int64 with the same bits."""
+    if v >= 1 << 64:
+        raise ValueError(f"categorical value {v:x} is wider than 64 bits")
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
 def _open_text(path: Path):
     return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
 
@@ -130,8 +137,9 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
     """Batches from a Criteo-format TSV file (``.gz`` too), from line ``start`` on.
 
     Each line: ``label \\t I1..I13 \\t C1..C26`` — integer dense features (empty = 0,
-    transformed ``log(1 + max(x, 0))``) and hexadecimal categorical IDs (empty = no
-    ID for that sample, a zero-length bag).  Raw IDs are ``hash(column, value)``, so
+    transformed ``log(1 + max(x, 0))``) and hexadecimal categorical IDs of up to 64 bits
+    (empty = no ID for that sample, a zero-length bag).  Raw IDs are a bijective 64-bit
+    mix of the value seeded by the column, with the top bit dropped (63-bit IDs), so
     equal hex strings in different columns stay different features.
 
     Raises:
@@ -144,13 +152,13 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
     if not path.is_file():
         raise InputError(f"{path}: no such Criteo TSV file")
     names = [f"C{i + 1}" for i in range(CRITEO_SPARSE)]
-    col_salt = torch.arange(CRITEO_SPARSE, dtype=torch.int64)
 
-    def flush(labels, dense, cats):
+    def flush(labels, dense, cats, has):
         B = len(labels)
-        raw = torch.tensor(cats, dtype=torch.int64).view(B, CRITEO_SPARSE)  # -1 = missing
-        present = raw >= 0
-        ids = mix64(raw * 32 + col_salt, 99) & MASK63
+        raw = torch.tensor(cats, dtype=torch.int64).view(B, CRITEO_SPARSE)
+        present = torch.tensor(has, dtype=torch.bool).view(B, CRITEO_SPARSE)
+        # a bijective 64-bit mix per column (the column salts the seed), top bit dropped for 63-bit IDs
+        ids = torch.stack([mix64(raw[:, c], 99 + c) for c in range(CRITEO_SPARSE)], 1) & MASK63
         # feature-major layout: all samples of C1, then C2, ...
         lengths = present.t().reshape(-1).long()
         values = ids.t().reshape(-1)[present.t().reshape(-1)]
@@ -159,7 +167,7 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
         kjt = KeyedJaggedTensor.from_lengths_sync(keys=names, values=values, lengths=lengths)
         return Batch(d, kjt, torch.tensor(labels, dtype=torch.float32))
 
-    labels, dense, cats = [], [], []
+    labels, dense, cats, has = [], [], [], []
     with _open_text(path) as fh:
         for lineno, line in enumerate(fh, 1):
             if lineno <= start:
@@ -173,7 +181,7 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
             try:
                 lab = int(parts[0])
                 dv = [int(x) if x else 0 for x in parts[1:1 + CRITEO_DENSE]]
-                cv = [int(x, 16) & MASK63 if x else -1 for x in parts[1 + CRITEO_DENSE:]]
+                cv = [_signed64(int(x, 16)) if x else 0 for x in parts[1 + CRITEO_DENSE:]]
             except ValueError as exc:
                 raise InputError(f"{path}:{lineno}: {exc}") from None
             if lab not in (0, 1):
@@ -181,8 +189,9 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
             labels.append(lab)
             dense.extend(dv)
             cats.extend(cv)
+            has.extend(bool(x) for x in parts[1 + CRITEO_DENSE:])
             if len(labels) == batch_size:
-                yield flush(labels, dense, cats)
-                labels, dense, cats = [], [], []
+                yield flush(labels, dense, cats, has)
+                labels, dense, cats, has = [], [], [], []
     if labels:
-        yield flush(labels, dense, cats)
+        yield flush(labels, dense, cats, has)

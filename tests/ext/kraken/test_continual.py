@@ -61,6 +61,20 @@ def test_resume_from_full_plus_deltas_is_exact(tmp_path):
         assert torch.equal(a[k], b[k]), k
 
 
+def test_restore_up_to_a_step_drops_later_files(tmp_path):
+    """What sharded ranks do after a crash: all restore to the newest step every rank has."""
+    from torchhpc.ext.kraken.continual import ContinualTrainer, restorable_step
+
+    cfg = _cfg(tmp_path, "r", "train.steps=45")
+    train(cfg, verbose=False)
+    ck = tmp_path / "kraken" / "r" / "checkpoints"
+    assert restorable_step(ck) == 45
+    t = ContinualTrainer(build_model(cfg, "cpu"))
+    t.restore(ck, upto=40)
+    assert t.step == 40 and restorable_step(ck) == 40  # full-30 + delta-40; full-45 removed
+    assert restorable_step(tmp_path / "nowhere") == -1
+
+
 def test_kill_and_resume_loses_no_row_or_optimizer_state(tmp_path):
     """SIGKILL the trainer mid-run, resume from full + deltas: the final state equals an unbroken run."""
     train(_cfg(tmp_path, "whole", "train.steps=120", "checkpoint.full_every=50"), verbose=False)

@@ -44,7 +44,7 @@ def test_equals_torchrec_ebc_for_identical_rows(pooling, weighted):
     ours.set_rows("t", torch.arange(N), table.detach())
     a, b = ebc(x), ours(x)
     assert a.keys() == b.keys()
-    torch.testing.assert_close(b.values(), a.values(), rtol=0, atol=1e-6)
+    assert torch.equal(b.values(), a.values())  # the same pooling arithmetic: bit-equal
     grad = torch.randn(a.values().shape, generator=g)
     a.values().backward(grad)
     b.values().backward(grad)
@@ -68,6 +68,18 @@ def test_admission_after_n_sightings_and_zero_vector_before():
     # ID 7: 2 sightings in batch 0, 1 in batch 1 -> admitted at the 3rd sighting
     assert seen == [False, True, True, True]
     assert not bool(m.tables["t"].index.contains(torch.tensor([9])))  # seen twice only
+
+
+def test_admission_counts_decay_over_the_window():
+    """Sightings count over a recent window: an ID seen once every 8 batches never reaches 2."""
+    m = collection(admit_count=2, admit_window=4)
+    for step in range(1, 41):
+        m(kjt(["f"], [5] if step % 8 == 1 else [100 + step], [1]))
+    assert not bool(m.tables["t"].index.contains(torch.tensor([5])))
+    m2 = collection(admit_count=2, admit_window=0)  # no decay: the sightings add up
+    for step in range(1, 41):
+        m2(kjt(["f"], [5] if step % 8 == 1 else [100 + step], [1]))
+    assert bool(m2.tables["t"].index.contains(torch.tensor([5])))
 
 
 def test_probabilistic_admission_is_a_per_id_coin():

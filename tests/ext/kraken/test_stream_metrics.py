@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 
 import pytest
 import torch
@@ -25,7 +26,8 @@ def test_auc_and_logloss_match_torchmetrics_and_torch():
     ref = torch.nn.functional.binary_cross_entropy(s.double().clamp(1e-7, 1 - 1e-7), y.double())
     assert log_loss(s, y) == pytest.approx(float(ref), rel=1e-9)
     assert auc(torch.tensor([0.1, 0.9]), torch.tensor([0.0, 1.0])) == 1.0
-    assert auc(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 1.0])) != auc(torch.tensor([0.5]), torch.tensor([1.0]))
+    assert auc(torch.tensor([0.5, 0.5]), torch.tensor([0.0, 1.0])) == 0.5  # a tie counts one half
+    assert math.isnan(auc(torch.tensor([0.2, 0.7]), torch.tensor([1.0, 1.0])))  # one class only
 
 
 def test_progressive_validation_window():
@@ -68,6 +70,18 @@ def test_criteo_reader(tmp_path):
     assert jt["C1"].values()[0] != jt["C1"].values()[1]
     assert jt["C3"].values()[0] != jt["C4"].values()[0]  # same hex string, different columns
     assert list(read_criteo(path, batch_size=10, start=3))[0].labels.numel() == 2
+
+
+def test_criteo_reader_keeps_64_bit_ids_apart(tmp_path):
+    """Users' own logs may carry 16-hex-digit IDs: values differing only in the top bits stay distinct."""
+    wide = ["000000000000000a", "080000000000000a", "800000000000000a", "f00000000000000a"]
+    path = tmp_path / "wide.tsv"
+    path.write_text("".join(_criteo_line(0, [0] * 13, [w] + ["1"] * 25) for w in wide))
+    ids = next(read_criteo(path, batch_size=4)).sparse.to_dict()["C1"].values()
+    assert torch.unique(ids).numel() == 4 and int(ids.min()) >= 0
+    path.write_text(_criteo_line(0, [0] * 13, ["1" + "0" * 16] + ["1"] * 25))
+    with pytest.raises(InputError, match="wider than 64 bits"):
+        list(read_criteo(path))
 
 
 def test_criteo_reader_bad_lines(tmp_path):
