@@ -69,8 +69,9 @@ class IdIndex:
     """Collision-free map from raw int64 IDs to int64 row numbers (open addressing, linear probing).
 
     Every stored ID keeps its own slot, so two IDs never share a row (unlike a table
-    indexed by ``id % N``).  Capacity is a power of two kept at most half full; deleted
-    slots are tombstones, swept by a rehash when they pile up.
+    indexed by ``id % N``).  Capacity is a power of two with live IDs in at most half the
+    slots; deleted slots are tombstones (reused by inserts), swept by a rehash when live
+    IDs and tombstones together fill three quarters of the slots.
 
     Attributes:
         keys: ``(capacity,)`` int64 — the ID in each slot, ``EMPTY`` or ``DELETED``.
@@ -146,8 +147,10 @@ class IdIndex:
         n = ids.numel()
         if n == 0:
             return
-        if 2 * (self.size + self.tombstones + n) > self.capacity:
+        if 2 * (self.size + n) > self.capacity:  # live IDs stay at most half of the slots
             self._rehash(max(self.capacity, 2 * (self.size + n)))
+        elif 4 * (self.size + self.tombstones + n) > 3 * self.capacity:  # sweep tombstones at 3/4 use
+            self._rehash(self.capacity)
         pos = self._home(ids)
         mask = self.capacity - 1
         win = torch.arange(_W, device=ids.device)
