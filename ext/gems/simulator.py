@@ -1,0 +1,201 @@
+"""A discrete-event model of the gems schedules: predicted time per update, throughput and
+per-rank memory for ``P`` stages x ``D`` data-parallel groups (any number of devices).
+
+Inputs are measured: each stage's forward and backward time per micro-batch and the
+bytes it keeps and sends (:func:`~.partition.stage_infos` of a profile), and the link's
+bandwidth and latency.  The model follows the runtime (:mod:`.runtime`) action by action:
+
+* each rank is one sequential worker (one compute thread per process);
+* a replica's actions run in GPipe order (all forwards, then all backwards, per
+  repetition); a rank holding two replicas runs, of those whose next action has its input,
+  the one with fewer actions done (replica A on a tie), else waits for the first input —
+  exactly the runtime's rule;
+* a message of ``b`` bytes on a directed link arrives ``latency + b / bandwidth`` after
+  it was sent, messages on one link one after another;
+* the update ends with a ring all-reduce of each rank's gradients over its copy group
+  (``2 (g-1)/g x bytes / bandwidth + 2 (g-1) x latency``, ``g = 2D`` for MAST pairs, ``D``
+  otherwise); the ``D`` groups run identical pipelines, so one group is simulated.
+
+Memory per rank = weights + gradients + optimizer state of the stages it holds, plus the
+peak over the update of stashed activations and posted receive buffers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from torchhpc.ext.core.errors import ConfigError, InputError
+
+from .partition import StageInfo
+
+
+@dataclass
+class SimResult:
+    """One simulated configuration."""
+
+    schedule: str
+    stages: int
+    groups: int
+    micro_batches: int
+    eta: int
+    micro_batch: int
+    step_s: float
+    pipeline_s: float
+    allreduce_s: float
+    samples_per_s: float
+    peak_bytes: list[int]
+    """per rank of one group (the groups are identical)."""
+    busy_fraction: float
+    events: list[tuple[int, int, str, int, int, float, float]] = field(default_factory=list, repr=False)
+    """(rank, replica, kind, rep, micro_batch, start, end) when ``keep_events``."""
+
+    @property
+    def devices(self) -> int:
+        return self.stages * self.groups
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.micro_batches * (1 if self.schedule == "gpipe" else 2) * self.eta * self.groups
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("events")
+        d["devices"], d["global_batch"] = self.devices, self.global_batch
+        return d
+
+
+def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, eta: int = 1, groups: int = 1,
+             micro_batch: int = 1, bandwidth: float = 1e10, latency: float = 2e-5,
+             allreduce_bandwidth: float | None = None, optimizer_states: int = 1,
+             checkpoint_stages: Sequence[int] = (), keep_events: bool = False) -> SimResult:
+    """Simulate one update (see the module docstring).
+
+    Args:
+        stages: per-stage measurements for one micro-batch of ``micro_batch`` samples.
+        schedule: ``gpipe``, ``mast`` or ``master``.
+        bandwidth, allreduce_bandwidth: bytes per second; latency: seconds per message.
+
+    Raises:
+        ConfigError: an unknown schedule; InputError: no stages, or a non-positive size.
+    """
+    if schedule not in ("gpipe", "mast", "master"):
+        raise ConfigError(f"schedule {schedule!r}: must be gpipe, mast or master")
+    P = len(stages)
+    if P < 1 or micro_batches < 1 or eta < 1 or groups < 1 or bandwidth <= 0:
+        raise InputError("simulate: need at least one stage, micro-batch, repetition and group, and bandwidth > 0")
+    K = 1 if schedule == "gpipe" else 2
+    M = micro_batches
+    ar_bw = allreduce_bandwidth or bandwidth
+    ckpt = set(checkpoint_stages)
+
+    def stage_of(r: int, k: int) -> int:
+        return r if k == 0 else P - 1 - r
+
+    def rank_of(s: int, k: int) -> int:
+        return s if k == 0 else P - 1 - s
+
+    actions = [(e, kind, m) for e in range(eta) for kind in ("F", "B") for m in range(M)]
+    nxt = [[0] * K for _ in range(P)]
+    free = [0.0] * P
+    busy = [0.0] * P
+    arrival: dict[tuple[int, int, str, int], float] = {}  # (replica, rep, kind, mb) at the receiving stage
+    link_free: dict[tuple[int, int], float] = {}
+    static = []
+    for r in range(P):
+        held = {stage_of(r, k) for k in range(K)}
+        copies = [stage_of(r, k) for k in range(K)]
+        static.append(sum(stages[s].param_bytes for s in copies) * (2 + optimizer_states) if held else 0)
+    live = [0] * P
+    peak = list(static)
+    events: list = []
+    version = [0] * P
+    heap: list = []
+
+    def dependency(r: int, k: int):
+        e, kind, m = actions[nxt[r][k]]
+        s = stage_of(r, k)
+        if kind == "F" and s > 0:
+            return arrival.get((k, e, "F", m, s), float("inf"))
+        if kind == "B" and s < P - 1:
+            return arrival.get((k, e, "B", m, s), float("inf"))
+        return 0.0
+
+    def push(r: int) -> None:
+        version[r] += 1
+        best = None
+        for k in range(K):
+            if nxt[r][k] < len(actions):
+                start = max(free[r], dependency(r, k))
+                key = (start, nxt[r][k], k)  # the runtime's rule: ready first, then fewer actions done
+                if start < float("inf") and (best is None or key < best):
+                    best = key
+        if best is not None:
+            heapq.heappush(heap, (best[0], r, best[2], version[r]))
+
+    def send(src: int, dst: int, nbytes: int, t: float) -> float:
+        start = max(t, link_free.get((src, dst), 0.0))
+        done = start + nbytes / bandwidth
+        link_free[(src, dst)] = done
+        return done + latency
+
+    for r in range(P):
+        push(r)
+    while heap:
+        start, r, k, ver = heapq.heappop(heap)
+        if ver != version[r]:
+            continue
+        e, kind, m = actions[nxt[r][k]]
+        s = stage_of(r, k)
+        st = stages[s]
+        if kind == "F" and m == 0:  # receive buffers of this repetition are posted
+            bufs = (0 if s == 0 else stages[s - 1].output_bytes) + (0 if s == P - 1 else st.output_bytes)
+            live[r] += bufs * M
+        dur = st.forward_s if kind == "F" else st.backward_s + (st.forward_s if s in ckpt else 0.0)
+        end = start + dur
+        in_bytes = 0 if s == 0 else stages[s - 1].output_bytes
+        kept = in_bytes if s in ckpt else st.activation_bytes
+        if kind == "F":
+            live[r] += kept - in_bytes  # the received buffer becomes part of the stash
+            if s < P - 1:
+                dst = rank_of(s + 1, k)
+                arrival[(k, e, "F", m, s + 1)] = send(r, dst, st.output_bytes, end)
+                push(dst) if dst != r else None
+        else:
+            live[r] -= kept + (0 if s == P - 1 else st.output_bytes)
+            if s > 0:
+                dst = rank_of(s - 1, k)
+                arrival[(k, e, "B", m, s - 1)] = send(r, dst, in_bytes, end)
+                push(dst) if dst != r else None
+        peak[r] = max(peak[r], static[r] + live[r])
+        busy[r] += dur
+        free[r] = end
+        nxt[r][k] += 1
+        if keep_events:
+            events.append((r, k, kind, e, m, start, end))
+        push(r)
+    pipeline_s = max(free)
+    # gradient all-reduce over each rank's copy group, then the update
+    ar = []
+    for r in range(P):
+        mirror_pair = K == 2 and stage_of(r, 1) != r
+        g = groups * (2 if mirror_pair else 1)
+        nbytes = sum(stages[s].param_bytes for s in {stage_of(r, k) for k in range(K)})
+        ar.append(0.0 if g == 1 else 2 * (g - 1) / g * nbytes / ar_bw + 2 * (g - 1) * latency)
+    step = max(f + a for f, a in zip(free, ar, strict=True))
+    res = SimResult(schedule, P, groups, M, eta, micro_batch, step, pipeline_s, max(ar), 0.0, peak,
+                    sum(busy) / (P * step) if step > 0 else 0.0, events)
+    res.samples_per_s = res.global_batch / step if step > 0 else float("inf")
+    return res
+
+
+def simulation_table(rows: Sequence[SimResult]) -> str:
+    """Devices, schedule, predicted samples/s, time split and the largest per-rank memory (MiB)."""
+    lines = [f"{'devices':>7} {'P':>4} {'D':>5} {'schedule':>8} {'M':>3} {'eta':>3} {'batch':>7} "
+             f"{'step ms':>9} {'allreduce ms':>12} {'samples/s':>10} {'busy':>5} {'peak MiB/rank':>13}"]
+    for r in rows:
+        lines.append(f"{r.devices:>7} {r.stages:>4} {r.groups:>5} {r.schedule:>8} {r.micro_batches:>3} {r.eta:>3} "
+                     f"{r.global_batch:>7} {r.step_s * 1e3:>9.2f} {r.allreduce_s * 1e3:>12.3f} "
+                     f"{r.samples_per_s:>10.2f} {r.busy_fraction:>5.2f} {max(r.peak_bytes) / 2**20:>13.2f}")
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""The gems trainer and CLI: torchrun training with metrics, timeline and resume; bad input fails fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DEBUG = str(REPO / "configs/gems/debug.yaml")
+
+
+def _torchrun(nproc: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+           "-m", "torchhpc.trainers.gems", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
+                          cwd=REPO)
+
+
+def _losses(run_dir: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_help_lists_the_subcommands(cli):
+    """`torchhpc gems --help` names train, partition and simulate; gems is no longer 'planned'."""
+    res = cli("gems", "--help")
+    assert res.returncode == 0
+    for word in ("train", "partition", "simulate"):
+        assert word in res.stdout
+    top = cli("--help")
+    assert "gems" in top.stdout.split("Not yet available")[0]
+
+
+@pytest.mark.parametrize("override,message", [
+    ("pipeline.stages=6", "pipeline.stages = 6 but the model has only 5 blocks"),
+    ("train.batch_size=3", "train.batch_size = 3 is not divisible into pipeline.micro_batches = 2"),
+    ("pipeline.eta=2", "applies to schedule master only"),
+    ("pipeline.balance=[1,1]", "pipeline.balance = [1, 1]"),
+    ("pipeline.no_such_key=1", "unknown key 'pipeline.no_such_key'"),
+])
+def test_bad_config_is_one_line_before_any_process_starts(cli, override, message):
+    """Impossible configs are refused by the CLI with one line naming the option, exit status 1."""
+    res = cli("gems", "train", "--config", DEBUG, "--set", override, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert message in res.stderr
+    assert "Traceback" not in res.stderr and "torch.distributed.run" not in res.stderr
+
+
+def test_nproc_that_does_not_fit_is_refused(cli):
+    """`--nproc 3` for a 2-stage, 1-group config is refused before torchrun is launched."""
+    res = cli("gems", "train", "--config", DEBUG, "--nproc", "3", timeout=60)
+    assert res.returncode == 1 and "--nproc 3 does not fit the config" in res.stderr
+
+
+@pytest.mark.distributed
+def test_world_size_that_does_not_fit_fails_fast_under_torchrun(tmp_path):
+    """Launched by torchrun with 2 processes for a 1-stage config, every rank stops with a clear error, quickly."""
+    t0 = time.time()
+    res = _torchrun(2, ["--config", DEBUG, "--set", "pipeline.stages=1", "--set", f"run.root={tmp_path}"], timeout=120)
+    assert res.returncode != 0
+    assert "world size 2 does not fit the config" in res.stderr
+    assert time.time() - t0 < 90
+
+
+@pytest.mark.distributed
+def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(tmp_path):
+    """torchrun MAST training logs loss/samples/s/peak memory, draws the timeline, and a run stopped
+    after 2 updates and resumed to 4 has the loss trajectory of an uninterrupted 4-update run."""
+    root = f"run.root={tmp_path}"
+    full = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=full"])
+    assert full.returncode == 0, full.stderr[-3000:]
+    run = tmp_path / "gems" / "full"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["schedule"] == "mast" and summary["global_batch"] == 8 and summary["samples_per_s"] > 0
+    assert [r["rank"] for r in summary["peak_memory_per_rank"]] == [0, 1]
+    assert all(r["peak_model_bytes"] > r["static_bytes"] > 0 for r in summary["peak_memory_per_rank"])
+    assert (run / "timeline.png").stat().st_size > 0 and (run / "loss.png").exists()
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "ckpt-00000002.rank0.pt", "ckpt-00000002.rank1.pt", "ckpt-00000004.rank0.pt", "ckpt-00000004.rank1.pt"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["samples_per_s"] > 0 and r["peak_model_mib"] > 0 for r in rows)
+
+    first = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=cut", "--set", "train.steps=2"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=cut", "--set", "run.resume=true"])
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert _losses(tmp_path / "gems" / "cut") == pytest.approx(_losses(run), rel=1e-6)
+
+
+def test_single_process_train_partition_and_simulate(cli, tmp_path):
+    """A one-stage config trains in-process; `partition` prints the stage report; `simulate` predicts
+    up to 1,024 devices."""
+    res = cli("gems", "train", "--config", DEBUG, "--set", "pipeline.stages=1", "--set", "train.steps=2",
+                  "--set", f"run.root={tmp_path}", timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.strip().splitlines()[-1])["samples_per_s"] > 0
+    part = cli("gems", "partition", "--config", DEBUG, "--set", "pipeline.stages=3", timeout=120)
+    assert part.returncode == 0, part.stderr
+    assert "peak MiB" in part.stdout and len([ln for ln in part.stdout.splitlines() if ln.strip()[:1].isdigit()]) == 3
+    sim = cli("gems", "simulate", "--config", DEBUG, "--devices", "2,1024", "--json", timeout=120)
+    assert sim.returncode == 0, sim.stderr
+    rows = json.loads(sim.stdout)
+    assert {r["devices"] for r in rows} == {2, 1024} and {r["schedule"] for r in rows} == {"gpipe", "mast", "master"}
+
+
+def test_every_shipped_config_loads():
+    """configs/gems/*.yaml all load into the typed config, with world sizes that match their torchrun commands."""
+    from torchhpc.ext.core.config import load_config
+    from torchhpc.trainers.gems import GemsConfig
+
+    sizes = {}
+    for path in sorted((REPO / "configs/gems").glob("*.yaml")):
+        cfg = load_config(GemsConfig, path)
+        sizes[path.stem] = cfg.world_size
+        assert f"--nproc-per-node {cfg.world_size}" in path.read_text()
+    assert sizes["mast_resnet"] == 2 and sizes["hybrid_resnet"] == 4 and len(sizes) >= 5
