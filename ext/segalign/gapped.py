@@ -1,0 +1,280 @@
+"""Native gapped extension: Y-drop affine-gap DP from HSP anchors, vectorised across extensions.
+
+From each anchor ``(ta, qa)`` one extension runs forward (cells ``t >= ta, q >= qa``)
+and one backward (``t < ta, q < qa``, on the reversed walk); both are the same
+dynamic programme and run together as rows of one batch.  With offsets ``I, J``
+from the extension's origin (``I = J = 0``: nothing consumed) and Gotoh's states::
+
+    E(I,J) = max(H(I,J-1) - open - ext, E(I,J-1) - ext)     gap in the target row
+    F(I,J) = max(H(I-1,J) - open - ext, F(I-1,J) - ext)     gap in the query row
+    H(I,J) = max(H(I-1,J-1) + s(t[I-1], q[J-1]), E(I,J), F(I,J))
+
+the cells are swept by anti-diagonals ``D = I + J`` inside a band of ``W`` cells
+(``I in [lo_D, lo_D + W)``) that moves one step towards the best cell of the
+previous anti-diagonal (an adaptive band), so a step is a handful of ``(B, W)``
+array operations.  LASTZ's Y-drop: a cell scoring more than ``ydrop`` below the best
+score seen is dead; an extension ends when two consecutive anti-diagonals are
+dead.  Each cell keeps 4 traceback bits (H's source, whether E / F extended);
+the traceback is vectorised too, one move of every extension per step.
+
+Anchors (the middle of each HSP) are taken in batches of doubling size, best HSP
+first; anchors lying on an alignment already found are skipped and the cells of
+found alignments are walls for later extensions (LASTZ does both, so a repeat gives
+its own block instead of running into the main one); alignments scoring under
+``gappedthresh`` are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .fasta import SEPARATOR, SequenceSet
+from .ops import HSPs
+from .output import Alignment
+
+NEG = -(1 << 29)
+
+
+def ydrop_extend(
+    t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
+    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int, band: int = 128,
+    cover: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """Y-drop gapped extensions from ``(t0, q0)`` in directions ``dirs`` (+1 / -1), all ``(B,)``.
+
+    Extension ``b`` aligns ``t[t0 + d*i]`` with ``q[q0 + d*j]`` (i, j >= 0, d = ``dirs[b]``): the
+    first cell is ``(t0, q0)`` either way.  NumPy arrays: one DP step is a few
+    ``(B, W)`` operations, so the per-operation overhead decides the speed, and NumPy's is
+    several times smaller than torch's on the CPU (SegAlign, too, runs this stage on the CPU).
+
+    ``cover`` (optional, ``(len(q_codes),)``): the target position each query base is already
+    aligned to (-1: none); those cells are walls, so an extension cannot run along an
+    alignment found before (LASTZ, too, keeps alignments from crossing earlier ones).
+
+    Returns:
+        ``best (B,)`` int64 scores (0: empty extension) and, per extension, the path as
+        two int64 arrays of the same length: target and query offsets ``i``/``j`` of each
+        column from the origin outwards, ``-1`` on the gapped side.
+    """
+    B, W = t0.size, band
+    oe, e = gap_open + gap_extend, gap_extend
+    p = np.arange(W)
+    flat = np.asarray(table, dtype=np.int32).reshape(-1)
+    # separators around both arrays (W + 2 each side): band cells past an end read a wall
+    pad = W + 2
+    t11 = np.pad(t_codes.astype(np.int32) * 11, pad, constant_values=SEPARATOR * 11)
+    qc32 = np.pad(q_codes.astype(np.int32), pad, constant_values=SEPARATOR)
+    tmax, qmax = t11.size - 1, qc32.size - 1
+    # cover in padded coordinates (-1 stays -1: no padded index is negative)
+    cov = None if cover is None else np.pad(np.where(cover >= 0, cover + pad, -1), pad, constant_values=-1)
+
+    # per active extension (rows leave as they finish, so a step costs what is still alive)
+    ids = np.arange(B)
+    ta = t0.astype(np.int64) + pad
+    qa = q0.astype(np.int64) + pad
+    da = dirs.astype(np.int64)
+    dp = da[:, None] * p[None, :]
+
+    # padded (A, W + 2) buffers: column 0 and W + 1 stay NEG so shifted reads need no bounds checks
+    def padded(n):
+        return np.full((n, W + 2), NEG, dtype=np.int32)
+
+    H1, E1, F1, H2 = padded(B), padded(B), padded(B), padded(B)
+    H1[:, 1] = 0  # anti-diagonal 0: the origin
+    lo1 = np.zeros(B, dtype=np.int64)
+    lo2 = lo1.copy()
+    a_best = np.zeros(B, dtype=np.int32)
+    a_bd = np.zeros(B, dtype=np.int64)
+    a_bp = np.zeros(B, dtype=np.int64)
+    best = np.zeros(B, dtype=np.int64)
+    best_d = np.zeros(B, dtype=np.int64)
+    best_p = np.zeros(B, dtype=np.int64)
+    # traceback store: one row per (step, active extension), keyed step * B + id (ascending)
+    keys = [ids.copy()]
+    tbs = [np.zeros((B, W), dtype=np.uint8)]
+    los = [lo1.copy()]
+    D = 0
+    while ids.size:
+        D += 1
+        n = ids.size
+        rows = np.arange(n)
+        # move the band towards the previous anti-diagonal's best cell (shift 0 or 1 in I)
+        shift = H1[:, 1:-1].argmax(1) > W // 2
+        lo = lo1 + shift
+        s2 = lo - lo2
+        sh = shift[:, None]
+        # neighbours by shifted slices of the padded buffers: (I, J-1), (I-1, J) on D-1; (I-1, J-1) on D-2
+        up = np.where(sh, H1[:, 2:], H1[:, 1:-1])
+        left = np.where(sh, H1[:, 1:-1], H1[:, :-2])
+        upE = np.where(sh, E1[:, 2:], E1[:, 1:-1])
+        leftF = np.where(sh, F1[:, 1:-1], F1[:, :-2])
+        s2c = s2[:, None]
+        diag = np.where(s2c == 0, H2[:, :-2], np.where(s2c == 1, H2[:, 1:-1], H2[:, 2:]))
+        # codes of the band's cells: I = lo + p consumes t[I-1], J = D - I consumes q[J-1]
+        tidx = np.minimum(np.maximum((ta + da * (lo - 1))[:, None] + dp, 0), tmax)
+        qidx = np.minimum(np.maximum((qa + da * (D - lo - 1))[:, None] - dp, 0), qmax)
+        tc, qc = t11[tidx], qc32[qidx]
+        s = flat[tc + qc]
+        e_open, e_ext = up - oe, upE - e
+        f_open, f_ext = left - oe, leftF - e
+        E = np.maximum(e_open, e_ext)
+        F = np.maximum(f_open, f_ext)
+        Hd = diag + s
+        EF = np.maximum(E, F)
+        H = np.maximum(Hd, EF)
+        tb = np.where(Hd >= EF, 0, np.where(E >= F, 1, 2)).astype(np.uint8)
+        tb |= (e_ext > e_open).astype(np.uint8) << 2
+        tb |= (f_ext > f_open).astype(np.uint8) << 3
+        Jm = (D - lo)[:, None] - p[None, :]
+        # a cell consumes t[I-1] when I >= 1 and q[J-1] when J >= 1: a wall there (or J < 0) kills it
+        i_pos = ~((lo == 0)[:, None] & (p[None, :] == 0))
+        invalid = (Jm < 0) | (i_pos & (tc == SEPARATOR * 11)) | ((Jm >= 1) & (qc == SEPARATOR))
+        if cov is not None:
+            invalid |= i_pos & (Jm >= 1) & (cov[qidx] == tidx)
+        np.putmask(H, invalid, NEG)
+        arg = H.argmax(1)
+        top = H[rows, arg]
+        better = top > a_best
+        a_best = np.where(better, top, a_best)
+        a_bd = np.where(better, D, a_bd)
+        a_bp = np.where(better, arg, a_bp)
+        cut = (a_best - ydrop)[:, None]
+        np.putmask(H, H < cut, NEG)
+        np.putmask(E, invalid | (E < cut), NEG)
+        np.putmask(F, invalid | (F < cut), NEG)
+        keys.append(D * B + ids)
+        tbs.append(tb)
+        los.append(lo)
+        # Y-drop end: this anti-diagonal and the previous one are dead
+        alive = (np.maximum(np.maximum(H, E), F).max(1) > NEG) | (H1.max(1) > NEG)
+        H2, lo2 = H1, lo1
+        H1, E1, F1 = padded(n), padded(n), padded(n)
+        H1[:, 1:-1], E1[:, 1:-1], F1[:, 1:-1] = H, E, F
+        lo1 = lo
+        if not alive.all():
+            done = ~alive
+            best[ids[done]], best_d[ids[done]], best_p[ids[done]] = a_best[done], a_bd[done], a_bp[done]
+            ids, ta, qa, da, dp = ids[alive], ta[alive], qa[alive], da[alive], dp[alive]
+            H1, E1, F1, H2 = H1[alive], E1[alive], F1[alive], H2[alive]
+            lo1, lo2, a_best, a_bd, a_bp = lo1[alive], lo2[alive], a_best[alive], a_bd[alive], a_bp[alive]
+    empty = [np.zeros(0, np.int64) for _ in range(B)]
+    if not (best_d > 0).any():
+        return best, empty, list(empty)
+    key_all = np.concatenate(keys)
+    tb_all = np.concatenate(tbs)  # (rows stored, W)
+    lo_all = np.concatenate(los)
+    rows = np.arange(B)
+
+    # ---- traceback: one move of every extension per step
+    d = best_d.copy()
+    I = lo_all[np.searchsorted(key_all, d * B + rows)] + best_p
+    J = d - I
+    state = np.zeros(B, dtype=np.int64)  # 0 H, 1 E, 2 F
+    cols_t, cols_q, cols_b = [], [], []
+    going = np.flatnonzero(d > 0)
+    while going.size:
+        b = going
+        dd, ii, jj, st = d[b], I[b], J[b], state[b]
+        at = np.searchsorted(key_all, dd * B + b)
+        code = tb_all[at, ii - lo_all[at]].astype(np.int64)
+        hsrc = code & 3
+        st = np.where((st == 0) & (hsrc != 0), hsrc, st)  # an H cell from E/F: switch state in place
+        is_m, is_e, is_f = st == 0, st == 1, st == 2
+        # emit the column: match (I-1, J-1); E: (gap, J-1); F: (I-1, gap)
+        cols_b.append(b)
+        cols_t.append(np.where(is_e, -1, ii - 1))
+        cols_q.append(np.where(is_f, -1, jj - 1))
+        ni = np.where(is_e, ii, ii - 1)
+        nj = np.where(is_f, jj, jj - 1)
+        ext = np.where(is_e, (code >> 2) & 1, np.where(is_f, (code >> 3) & 1, 0))
+        I[b], J[b], d[b] = ni, nj, ni + nj
+        state[b] = np.where(is_m, 0, np.where(ext == 1, st, 0))
+        going = b[d[b] > 0]
+    cb, ct, cq = np.concatenate(cols_b), np.concatenate(cols_t), np.concatenate(cols_q)
+    order = np.argsort(cb, kind="stable")
+    cb, ct, cq = cb[order], ct[order], cq[order]
+    bounds = np.searchsorted(cb, np.arange(B + 1))
+    paths_t = [ct[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
+    paths_q = [cq[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
+    return best, paths_t, paths_q
+
+
+def hsp_anchors(h: HSPs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The anchor of each HSP: its middle cell ``(t, q)`` (concatenated coordinates)."""
+    half = h.length // 2
+    return h.t_start + half, h.q_start + half
+
+
+def _alignment_text(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: np.ndarray) -> tuple[str, str]:
+    tl = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8)
+    ql = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8)
+    return tl.tobytes().decode(), ql.tobytes().decode()
+
+
+def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, band: int = 128,
+                      first_batch: int = 1, max_batch: int = 256) -> list[Alignment]:
+    """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set."""
+    if len(h) == 0:
+        return []
+    sc = cfg.scoring_scheme()
+    table = sc.table(cfg.xdrop).numpy()
+    thresh = cfg.gappedthresh or cfg.hspthresh
+    t_codes, q_codes = target.codes.cpu().numpy(), query.codes.cpu().numpy()
+    order = torch.argsort(h.score, descending=True, stable=True)
+    at, aq = hsp_anchors(h)
+    at, aq = at[order].cpu().numpy(), aq[order].cpu().numpy()
+    # cover[q] = the target position query base q is aligned to by an alignment already found (-1: none);
+    # one slot per query base is enough to skip anchors on found paths and to drop repeated alignments
+    cover = np.full(q_codes.size, -1, dtype=np.int64)
+    results: list[tuple[int, np.ndarray, np.ndarray]] = []
+    pos, batch, n = 0, first_batch, at.size
+    while pos < n:
+        # the next `batch` anchors not lying on an alignment already found (LASTZ skips those too)
+        rest = np.arange(pos, n)
+        free = rest[cover[aq[rest]] != at[rest]]
+        if free.size == 0:
+            break
+        cand = free[:batch]
+        pos = int(cand[-1]) + 1
+        k = cand.size
+        bt, bq = at[cand], aq[cand]
+        starts_t = np.concatenate([bt, bt - 1])
+        starts_q = np.concatenate([bq, bq - 1])
+        dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
+        best, pt, pq = ydrop_extend(t_codes, q_codes, starts_t, starts_q, dirs, table, sc.gap_open,
+                                    sc.gap_extend, cfg.ydrop, band, cover)
+        for m in np.argsort(-(best[:k] + best[k:]), kind="stable"):
+            score = int(best[m] + best[k + m])
+            if score < thresh:
+                continue
+            ft, fq = pt[m], pq[m]
+            rt, rq = pt[k + m][::-1], pq[k + m][::-1]
+            ta, qa = int(bt[m]), int(bq[m])
+            tpos = np.concatenate([np.where(rt >= 0, ta - 1 - rt, -1), np.where(ft >= 0, ta + ft, -1)])
+            qpos = np.concatenate([np.where(rq >= 0, qa - 1 - rq, -1), np.where(fq >= 0, qa + fq, -1)])
+            both = (tpos >= 0) & (qpos >= 0)
+            tb_, qb_ = tpos[both], qpos[both]
+            # anchors of one batch may find the same alignment: keep the best-scoring copy
+            if tb_.size and (cover[qb_] == tb_).mean() > 0.5:
+                continue
+            cover[qb_] = tb_
+            results.append((score, tpos, qpos))
+        batch = min(batch * 2, max_batch)
+    out = []
+    for score, tpos, qpos in sorted(results, key=lambda r: -r[0]):
+        t_first = int(tpos[tpos >= 0].min())
+        t_last = int(tpos.max())
+        q_first = int(qpos[qpos >= 0].min())
+        q_last = int(qpos.max())
+        tr = int(target.record_of(torch.tensor([t_first]))[0])
+        qr = int(query.record_of(torch.tensor([q_first]))[0])
+        tt, qt = _alignment_text(target, query, tpos, qpos)
+        t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
+        out.append(Alignment(target.names[tr], int(target.lengths[tr]), t_first - t_off, t_last + 1 - t_off,
+                             query.names[qr], int(query.lengths[qr]), q_first - q_off, q_last + 1 - q_off,
+                             h.strand, score, tt, qt))
+    # LASTZ's order: by target position (records in file order), then query
+    order_keys = {id(a): (target.names.index(a.t_name), a.t_start, a.q_start) for a in out}
+    out.sort(key=lambda a: order_keys[id(a)])
+    return out

@@ -1,0 +1,293 @@
+"""The ungapped X-drop filter: seed hits -> HSPs (SegAlign's ``find_hsps``, LASTZ's gap-free extension).
+
+Each hit ``(t_end, q_end)`` is extended along its diagonal to the left from the
+end of the seed word (through the word) and to the right from the end, one
+substitution score per cell, each side stopping when the running score falls
+more than ``xdrop`` below the best it has reached (LASTZ ``xdrop_extend_seed_hit``).
+The HSP is the span between the two best points and scores ``left + right``.
+
+:func:`xdrop_extend` is the op: a vectorised torch twin (all hits at once, a tile
+of cells per step, the tile doubling as hits finish) and the Triton kernel of
+:mod:`torchhpc.triton_kernels.segalign` on CUDA.  :func:`ungapped_hsps` drives it
+the way LASTZ's diagonal bookkeeping does, in rounds: per diagonal only the
+leftmost not-yet-scanned hit is extended, and hits inside the part of the diagonal
+that extension scanned are dropped; then low-complexity HSPs lose score by
+LASTZ's entropy factor, HSPs below ``hspthresh`` go and HSPs contained in another
+on the same diagonal are removed (SegAlign's de-duplication).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from torchhpc.ext.core.errors import InputError
+
+
+def xdrop_extend_torch(
+    t_codes: torch.Tensor,
+    q_codes: torch.Tensor,
+    t_first: torch.Tensor,
+    q_first: torch.Tensor,
+    direction: int,
+    table: torch.Tensor,
+    xdrop: int,
+    tile: int = 32,
+    max_tile: int = 2048,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gap-free X-drop extension of many diagonals (the torch twin of the Triton kernel).
+
+    Args:
+        t_codes, q_codes: ``(Nt,)``, ``(Nq,)`` uint8 codes; both start and end with a separator.
+        t_first, q_first: ``(H,)`` int64 first cell of each extension.
+        direction: ``+1`` (to the right) or ``-1`` (to the left).
+        table: ``(11, 11)`` int32 substitution scores (separator: a wall).
+        xdrop: stop once the running score is more than this below the best.
+
+    Returns:
+        ``best (H,)`` int64 best running score (``>= 0``; 0 = empty extension),
+        ``length (H,)`` int64 cells up to and including the best one,
+        ``scanned (H,)`` int64 cells looked at (through the one that dropped).
+    """
+    H = t_first.numel()
+    dev = t_first.device
+    best = torch.zeros(H, dtype=torch.int64, device=dev)
+    length = torch.zeros(H, dtype=torch.int64, device=dev)
+    scanned = torch.zeros(H, dtype=torch.int64, device=dev)
+    if H == 0:
+        return best, length, scanned
+    # pad both code arrays with separators so a tile never reads out of bounds (no clamps in the loop)
+    pad = max_tile
+    sep = torch.full((pad,), 10, dtype=torch.int32, device=dev)
+    t_pad = torch.cat([sep * 11, t_codes.to(torch.int32) * 11, sep * 11])
+    q_pad = torch.cat([sep, q_codes.to(torch.int32), sep])
+    a_t, a_q = t_first + pad, q_first + pad
+    if direction < 0:
+        # walking left is walking right on the reversed arrays: one contiguous window per hit either way
+        t_pad, q_pad = t_pad.flip(0), q_pad.flip(0)
+        a_t, a_q = t_pad.numel() - 1 - a_t, q_pad.numel() - 1 - a_q
+    flat_table = table.reshape(-1).to(torch.int32)
+    neg = torch.iinfo(torch.int32).min
+    act = torch.arange(H, device=dev)
+    a_best = torch.zeros(H, dtype=torch.int32, device=dev)
+    a_len = torch.zeros(H, dtype=torch.int64, device=dev)
+    a_run = torch.zeros(H, dtype=torch.int32, device=dev)
+    k = 0
+    T = tile
+    while act.numel():
+        j = torch.arange(T, device=dev)
+        # (H, T) windows of the two sequences: rows of an unfolded view, copied by index_select
+        tw = t_pad.unfold(0, T, 1).index_select(0, a_t + k)
+        qw = q_pad.unfold(0, T, 1).index_select(0, a_q + k)
+        s = flat_table[tw + qw]
+        run = s.cumsum(1, dtype=torch.int32).add_(a_run[:, None])
+        peak = torch.maximum(run.cummax(1).values, a_best[:, None])
+        drop = run < peak - xdrop
+        done = drop.any(1)
+        first = torch.where(done, drop.to(torch.uint8).argmax(1), T)
+        masked = torch.where(j[None, :] < first[:, None], run, neg)
+        t_arg = masked.argmax(1)  # first maximum (torch.argmax returns the first)
+        t_best = masked.gather(1, t_arg[:, None]).squeeze(1)
+        better = t_best > a_best
+        a_len = torch.where(better, k + t_arg + 1, a_len)
+        a_best = torch.where(better, t_best, a_best)
+        if bool(done.any()):
+            idx = act[done]
+            best[idx] = a_best[done].to(torch.int64)
+            length[idx] = a_len[done]
+            scanned[idx] = k + first[done] + 1
+            keep = ~done
+            act, a_t, a_q, a_best, a_len = act[keep], a_t[keep], a_q[keep], a_best[keep], a_len[keep]
+            a_run = run[keep, -1]
+        else:
+            a_run = run[:, -1]
+        k += T
+        T = min(T * 2, max_tile)
+    return best, length, scanned
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def xdrop_extend(
+    t_codes: torch.Tensor,
+    q_codes: torch.Tensor,
+    t_first: torch.Tensor,
+    q_first: torch.Tensor,
+    direction: int,
+    table: torch.Tensor,
+    xdrop: int,
+    backend: Literal["auto", "torch", "triton"] = "auto",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Dispatch: the Triton kernel for CUDA tensors (``auto``), the torch twin elsewhere.
+
+    Shapes and results as :func:`xdrop_extend_torch`.
+
+    Raises:
+        InputError: an unknown backend or a direction other than +-1.
+    """
+    if direction not in (1, -1):
+        raise InputError(f"direction must be +1 or -1, got {direction}")
+    if backend == "auto":
+        backend = "triton" if (t_codes.is_cuda and triton_available()) else "torch"
+    if backend == "triton":
+        from torchhpc.triton_kernels.segalign import xdrop_extend_triton
+
+        return xdrop_extend_triton(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
+    if backend != "torch":
+        raise InputError(f"backend must be auto, triton or torch, got {backend!r}")
+    return xdrop_extend_torch(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
+
+
+# ----------------------------------------------------------------------------- HSPs
+
+
+@dataclass
+class HSPs:
+    """Ungapped segments on one strand, in concatenated code coordinates.
+
+    Attributes:
+        t_start, q_start: ``(M,)`` int64 first cell of each HSP (target / query codes).
+        length: ``(M,)`` int64 number of aligned cells.
+        score: ``(M,)`` int64 score (after the entropy adjustment).
+        strand: ``+`` (query as given) or ``-`` (query reverse-complemented).
+    """
+
+    t_start: torch.Tensor
+    q_start: torch.Tensor
+    length: torch.Tensor
+    score: torch.Tensor
+    strand: str = "+"
+
+    def __len__(self) -> int:
+        return self.t_start.numel()
+
+    @staticmethod
+    def empty(strand: str = "+", device="cpu") -> HSPs:
+        z = torch.zeros(0, dtype=torch.int64, device=device)
+        return HSPs(z, z.clone(), z.clone(), z.clone(), strand)
+
+    def select(self, idx: torch.Tensor) -> HSPs:
+        return HSPs(self.t_start[idx], self.q_start[idx], self.length[idx], self.score[idx], self.strand)
+
+    def to(self, device) -> HSPs:
+        return HSPs(self.t_start.to(device), self.q_start.to(device), self.length.to(device),
+                    self.score.to(device), self.strand)
+
+    @staticmethod
+    def cat(parts: list[HSPs], strand: str = "+") -> HSPs:
+        if not parts:
+            return HSPs.empty(strand)
+        return HSPs(*(torch.cat([getattr(p, f) for p in parts]) for f in ("t_start", "q_start", "length", "score")),
+                    strand)
+
+
+def extend_hits(
+    t_codes: torch.Tensor, q_codes: torch.Tensor, t_end: torch.Tensor, q_end: torch.Tensor,
+    table: torch.Tensor, xdrop: int, backend: str = "auto",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Extend hits both ways: ``(t_start, length, score, right_scanned)`` of each HSP (``(H,)`` each)."""
+    lb, ll, _ = xdrop_extend(t_codes, q_codes, t_end - 1, q_end - 1, -1, table, xdrop, backend)
+    rb, rl, rs = xdrop_extend(t_codes, q_codes, t_end, q_end, +1, table, xdrop, backend)
+    return t_end - ll, ll + rl, lb + rb, rs
+
+
+def match_entropy(t_codes: torch.Tensor, q_codes: torch.Tensor, t_start: torch.Tensor, q_start: torch.Tensor,
+                  length: torch.Tensor) -> torch.Tensor:
+    """LASTZ's entropy factor of each segment (its ``entropy()`` of an ungapped alignment).
+
+    Counts uppercase A, C, G, T at the positions where both sequences carry the same
+    letter, turns the counts into frequencies over the segment *length* (so mismatches
+    lower every term) and returns ``-sum p log p / log 4`` as ``(M,)`` float64; segments
+    with fewer than 20 such matches get 1 (no change), as in LASTZ.
+    """
+    M = t_start.numel()
+    if M == 0:
+        return torch.zeros(0, dtype=torch.float64, device=t_start.device)
+    rep = torch.repeat_interleave(torch.arange(M, device=t_start.device), length)
+    off = torch.arange(rep.numel(), device=t_start.device) - (length.cumsum(0) - length)[rep]
+    a = t_codes[t_start[rep] + off].to(torch.int64)
+    b = q_codes[q_start[rep] + off].to(torch.int64)
+    match = (a < 4) & (a == b)  # LASTZ compares the letters themselves: soft-masked matches do not count
+    counts = torch.zeros(M * 4, dtype=torch.float64, device=t_start.device)
+    counts.index_add_(0, (rep * 4 + (a & 3))[match], torch.ones(int(match.sum()), dtype=torch.float64,
+                                                                  device=t_start.device))
+    counts = counts.view(M, 4)
+    n = counts.sum(1)
+    p = counts / length.to(torch.float64).clamp(min=1)[:, None]
+    ent = -(torch.where(p > 0, p * torch.log(p), torch.zeros_like(p))).sum(1) / math.log(4.0)
+    return torch.where(n >= 20, ent, torch.ones_like(ent))
+
+
+def remove_contained(h: HSPs) -> HSPs:
+    """Drop HSPs lying inside another on the same diagonal (SegAlign's de-duplication), keep order by query."""
+    if len(h) <= 1:
+        return h
+    diag = h.t_start - h.q_start
+    end = h.q_start + h.length
+    # sort by diagonal, start, then longer first: a later HSP is contained iff its end <= max end so far
+    big = int(end.max()) + 2
+    order = torch.argsort((diag - int(diag.min())) * big * big + h.q_start * big + (big - 1 - end), stable=True)
+    d, e = diag[order], end[order]
+    same = torch.zeros_like(d, dtype=torch.bool)
+    same[1:] = d[1:] == d[:-1]
+    # running max of ends within each diagonal run: offset each run so cummax never crosses runs
+    run_id = torch.cumsum((~same).to(torch.int64), 0)
+    shifted = e + run_id * big
+    prev_max = torch.cat([shifted.new_full((1,), -1), shifted.cummax(0).values[:-1]])
+    contained = same & (shifted <= prev_max)
+    kept = order[~contained]
+    kept = kept[torch.argsort(h.q_start[kept] * big + h.t_start[kept], stable=True)] if kept.numel() else kept
+    return h.select(kept)
+
+
+def ungapped_hsps(
+    t_codes: torch.Tensor, q_codes: torch.Tensor, t_end: torch.Tensor, q_end: torch.Tensor,
+    table: torch.Tensor, xdrop: int = 910, hspthresh: int = 3000, entropy: bool = True,
+    backend: str = "auto", strand: str = "+",
+) -> tuple[HSPs, dict]:
+    """HSPs from one batch of seed hits (see the module docstring).
+
+    Returns:
+        the HSPs (contained ones removed, sorted by query then target start) and counters
+        ``{"hits", "extended", "rounds"}``.
+    """
+    stats = {"hits": int(t_end.numel()), "extended": 0, "rounds": 0}
+    if t_end.numel() == 0:
+        return HSPs.empty(strand, t_end.device), stats
+    diag = t_end - q_end
+    big = int(q_codes.numel()) + 1
+    order = torch.argsort((diag - int(diag.min())) * big + q_end)
+    diag, q_end_s, t_end_s = diag[order], q_end[order], t_end[order]
+    parts = []
+    while diag.numel():
+        stats["rounds"] += 1
+        lead = torch.ones_like(diag, dtype=torch.bool)
+        lead[1:] = diag[1:] != diag[:-1]
+        lt, lq = t_end_s[lead], q_end_s[lead]
+        ts, ln, sc, rs = extend_hits(t_codes, q_codes, lt, lq, table, xdrop, backend)
+        stats["extended"] += int(lt.numel())
+        parts.append((ts, ts - (lt - lq), ln, sc))
+        # drop hits whose word ends inside the stretch of the diagonal the leader scanned
+        which = torch.cumsum(lead.to(torch.int64), 0) - 1
+        reach = (lq + rs)[which]
+        keep = (~lead) & (q_end_s > reach)
+        diag, q_end_s, t_end_s = diag[keep], q_end_s[keep], t_end_s[keep]
+    ts, qs, ln, sc = (torch.cat(x) for x in zip(*parts, strict=True))
+    if entropy:
+        adj = (sc >= hspthresh) & (sc <= 3 * hspthresh)
+        if bool(adj.any()):
+            q = match_entropy(t_codes, q_codes, ts[adj], qs[adj], ln[adj])
+            sc = sc.clone()
+            sc[adj] = torch.floor(sc[adj].to(torch.float64) * q).to(torch.int64)
+    keep = sc >= hspthresh
+    h = HSPs(ts[keep], qs[keep], ln[keep], sc[keep], strand)
+    return remove_contained(h), stats

@@ -1,0 +1,104 @@
+"""Alignments and the writers: MAF (LASTZ ``maf-``), LASTZ ``general`` and the HSP ``segments`` file.
+
+Coordinates follow LASTZ: 0-based half-open in MAF and general (``zstart``/``end``),
+1-based closed in segments files; on the minus strand the query coordinates
+count along its reverse complement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from .fasta import SequenceSet
+from .ops import HSPs
+
+
+@dataclass
+class Alignment:
+    """One local alignment, in record coordinates.
+
+    ``t_text``/``q_text`` are the aligned rows (``-`` for gaps); ``q_start``/``q_end``
+    count along the reverse complement when ``strand == '-'``.
+    """
+
+    t_name: str
+    t_size: int
+    t_start: int
+    t_end: int
+    q_name: str
+    q_size: int
+    q_start: int
+    q_end: int
+    strand: str
+    score: int
+    t_text: str
+    q_text: str
+
+    def identity(self) -> tuple[int, int]:
+        a = np.frombuffer(self.t_text.upper().encode(), dtype=np.uint8)
+        b = np.frombuffer(self.q_text.upper().encode(), dtype=np.uint8)
+        both = (a != ord("-")) & (b != ord("-"))
+        return int(((a == b) & both).sum()), int(both.sum())
+
+
+def hsps_to_alignments(h: HSPs, target: SequenceSet, query: SequenceSet) -> list[Alignment]:
+    """Ungapped HSPs (concatenated coordinates) -> :class:`Alignment` s; ``query`` is the strand's set."""
+    if len(h) == 0:
+        return []
+    tr = target.record_of(h.t_start).tolist()
+    qr = query.record_of(h.q_start).tolist()
+    ts = (h.t_start - target.starts[tr]).tolist()
+    qs = (h.q_start - query.starts[qr]).tolist()
+    out = []
+    for i, (a, b, x, y, n, s) in enumerate(zip(tr, qr, ts, qs, h.length.tolist(), h.score.tolist(), strict=True)):
+        t0 = int(h.t_start[i])
+        q0 = int(h.q_start[i])
+        out.append(Alignment(target.names[a], int(target.lengths[a]), x, x + n, query.names[b], int(query.lengths[b]),
+                             y, y + n, h.strand, int(s), target.letters[t0:t0 + n].tobytes().decode(),
+                             query.letters[q0:q0 + n].tobytes().decode()))
+    return out
+
+
+def write_maf(alns: list[Alignment], fh: TextIO) -> None:
+    """MAF blocks without header, as LASTZ ``--format=maf-`` (columns padded per block, as LASTZ does)."""
+    for a in alns:
+        wn = max(len(a.t_name), len(a.q_name))
+        ws = max(len(str(a.t_start)), len(str(a.q_start)))
+        wl = max(len(str(a.t_end - a.t_start)), len(str(a.q_end - a.q_start)))
+        wz = max(len(str(a.t_size)), len(str(a.q_size)))
+        fh.write(f"a score={a.score}\n")
+        fh.write(f"s {a.t_name:<{wn}} {a.t_start:>{ws}} {a.t_end - a.t_start:>{wl}} + {a.t_size:>{wz}} {a.t_text}\n")
+        fh.write(f"s {a.q_name:<{wn}} {a.q_start:>{ws}} {a.q_end - a.q_start:>{wl}} {a.strand} {a.q_size:>{wz}} "
+                 f"{a.q_text}\n\n")
+
+
+GENERAL_HEADER = ("#score\tname1\tstrand1\tsize1\tzstart1\tend1\tname2\tstrand2\tsize2\tzstart2\tend2\t"
+                  "identity\tidPct\tcoverage\tcovPct\n")
+
+
+def write_general(alns: list[Alignment], fh: TextIO) -> None:
+    """LASTZ ``--format=general`` (its default field list)."""
+    fh.write(GENERAL_HEADER)
+    for a in alns:
+        m, n = a.identity()
+        # LASTZ's coverage: the aligned span over the shorter of the two sequences
+        short = min(a.t_size, a.q_size)
+        cov = (a.q_end - a.q_start) if a.q_size <= a.t_size else (a.t_end - a.t_start)
+        fh.write(f"{a.score}\t{a.t_name}\t+\t{a.t_size}\t{a.t_start}\t{a.t_end}\t{a.q_name}\t{a.strand}\t{a.q_size}\t"
+                 f"{a.q_start}\t{a.q_end}\t{m}/{n}\t{100.0 * m / max(n, 1):.1f}%\t{cov}/{short}\t"
+                 f"{100.0 * cov / max(short, 1):.1f}%\n")
+
+
+def write_segments(alns: list[Alignment], fh: TextIO, header: bool = True) -> None:
+    """LASTZ ``--format=segments`` / ``--segments=`` input: 1-based closed coordinates, one HSP a line."""
+    if header:
+        fh.write("#name1\tstart1\tend1\tname2\tstart2\tend2\tstrand2\tscore\n")
+    for a in alns:
+        fh.write(f"{a.t_name}\t{a.t_start + 1}\t{a.t_end}\t{a.q_name}\t{a.q_start + 1}\t{a.q_end}\t{a.strand}\t"
+                 f"{a.score}\n")
+
+
+WRITERS = {"maf": write_maf, "maf-": write_maf, "general": write_general, "segments": write_segments}

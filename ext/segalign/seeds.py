@@ -1,0 +1,201 @@
+"""Spaced seeds, the target seed index and seed-hit generation, all as tensor ops.
+
+A spaced seed is a 0/1 pattern; only the ``1`` ("care") positions enter the key.
+With LASTZ's default 12of19 ``1110100110010101111`` the key of the 19-base
+window starting at ``i`` packs the 12 care bases, 2 bits each, into 24 bits::
+
+    window   A C G T T A C ...            pattern  1 1 1 0 1 0 0 1 ...
+    key      bits of A,C,G,_,T,_,_,C ...  (care positions only)
+
+A window gives a key only if all its bases are uppercase A/C/G/T (lowercase is
+soft-masked, N/IUPAC/separators break it), as in LASTZ.  The target index is the
+(key, position) list sorted by key; a query key's hits are one ``searchsorted``
+range.  With one transition allowed (LASTZ ``--transition``, the default) each
+query key is also looked up with one care base flipped A<->G / C<->T (``xor 2``),
+so 12of19 makes 13 look-ups per query window.  Hits are reported at the end of
+the seed word (exclusive ends ``(t_end, q_end)``), as LASTZ does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from torchhpc.ext.core.errors import InputError
+
+#: seeds of at most this weight get a direct-address (counting-sort) table: 4**12 entries = 128 MiB
+DIRECT_TABLE_MAX_WEIGHT = 12
+
+#: named seeds (LASTZ's)
+SEEDS = {
+    "12of19": "1110100110010101111",
+    "14of22": "1110101100110010101111",
+}
+
+
+def parse_seed(spec: str) -> str:
+    """``"12of19"``, ``"14of22"`` or a 0/1 pattern (LASTZ's ``--seed=match12`` too) -> the 0/1 pattern.
+
+    Raises:
+        InputError: an unknown name, a pattern with other characters, one that does not
+            start and end with 1, or more than 31 care positions.
+    """
+    spec = spec.strip()
+    if spec in SEEDS:
+        return SEEDS[spec]
+    if spec.startswith("match") and spec[5:].isdigit():
+        return "1" * int(spec[5:])
+    if not spec or set(spec) - {"0", "1"}:
+        raise InputError(f"--seed {spec!r}: expected 12of19, 14of22, matchN or a pattern of 0s and 1s")
+    if spec[0] != "1" or spec[-1] != "1":
+        raise InputError(f"--seed {spec!r}: a spaced seed must start and end with 1")
+    if not 1 <= spec.count("1") <= 31:
+        raise InputError(f"--seed {spec!r}: between 1 and 31 care positions are supported")
+    return spec
+
+
+def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None = None) -> torch.Tensor:
+    """Seed keys of the windows starting at ``start .. end-1`` of ``codes``.
+
+    Args:
+        codes: ``(N,)`` uint8 codes (see :mod:`.fasta`).
+        pattern: the 0/1 seed pattern, length ``L``.
+
+    Returns:
+        ``(end - start,)`` int64 keys, ``-1`` where the window is not all uppercase ACGT
+        or runs past the end.
+    """
+    n = codes.numel()
+    L = len(pattern)
+    end = n if end is None else min(end, n)
+    m = max(end - start, 0)
+    out = torch.full((m,), -1, dtype=torch.int64, device=codes.device)
+    last = min(end, n - L + 1)  # windows that fit
+    if last <= start:
+        return out
+    c = codes[start:last + L - 1].to(torch.int64)
+    w = last - start
+    bad = (c >= 4).to(torch.int32)
+    cbad = torch.cat([bad.new_zeros(1), bad.cumsum(0)])
+    valid = (cbad[L:L + w] - cbad[:w]) == 0
+    key = torch.zeros(w, dtype=torch.int64, device=codes.device)
+    k = 0
+    for off, ch in enumerate(pattern):
+        if ch == "1":
+            key |= (c[off:off + w] & 3) << (2 * k)
+            k += 1
+    out[:w] = torch.where(valid, key, torch.full_like(key, -1))
+    return out
+
+
+@dataclass
+class SeedIndex:
+    """The target's seed table: keys sorted, with the end position of each word.
+
+    Attributes:
+        keys: ``(M,)`` int64 sorted seed keys.
+        ends: ``(M,)`` int64 exclusive end (``start + L``) of each word in the target codes.
+        pattern: the seed pattern.
+    """
+
+    keys: torch.Tensor
+    ends: torch.Tensor
+    pattern: str
+    offsets: torch.Tensor | None = None
+    """``(4**weight + 1,)`` int64 start of each key's run in ``keys`` (a counting-sort table, as
+    SegAlign's index table; built for weights up to 12 when the target fills it well enough, else
+    look-ups use ``searchsorted``)"""
+
+    @property
+    def length(self) -> int:
+        return len(self.pattern)
+
+    @property
+    def weight(self) -> int:
+        return self.pattern.count("1")
+
+
+def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
+    """Index every ``step``-th window of the target (LASTZ ``--step``) by its seed key.
+
+    Raises:
+        InputError: ``step < 1``.
+    """
+    if step < 1:
+        raise InputError(f"--step must be >= 1, got {step}")
+    keys = seed_keys(codes, pattern)
+    pos = torch.arange(keys.numel(), device=codes.device)
+    keep = keys >= 0
+    if step > 1:
+        keep &= (pos % step) == 0
+    keys, pos = keys[keep], pos[keep]
+    keys, order = torch.sort(keys, stable=True)
+    offsets = None
+    weight = pattern.count("1")
+    if weight <= DIRECT_TABLE_MAX_WEIGHT and 4 ** weight <= 64 * max(keys.numel(), 1):
+        counts = torch.bincount(keys, minlength=4 ** weight)
+        offsets = torch.zeros(4 ** weight + 1, dtype=torch.int64, device=codes.device)
+        torch.cumsum(counts, 0, out=offsets[1:])
+    return SeedIndex(keys, pos[order] + len(pattern), pattern, offsets)
+
+
+def transition_variants(keys: torch.Tensor, weight: int, transition: bool) -> torch.Tensor:
+    """``(W,)`` keys -> ``(W, V)`` keys to look up: the key, then one per care base flipped by a transition."""
+    if not transition:
+        return keys[:, None]
+    flips = torch.tensor([2 << (2 * k) for k in range(weight)], dtype=torch.int64, device=keys.device)
+    var = torch.cat([keys[:, None], keys[:, None] ^ flips[None, :]], dim=1)
+    return torch.where(keys[:, None] >= 0, var, torch.full_like(var, -1))
+
+
+def seed_hits(
+    index: SeedIndex,
+    query_codes: torch.Tensor,
+    start: int,
+    end: int,
+    transition: bool = True,
+    max_hits: int = 1 << 22,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Seed hits of query windows ``start .. end-1`` in batches of at most ``max_hits``.
+
+    Yields:
+        ``(t_end, q_end)`` int64 tensors of one batch: exclusive ends of the matching words
+        in the target and query code arrays, batches in increasing query order.  A single
+        query window with more than ``max_hits`` hits forms a batch of its own.
+    """
+    if max_hits < 1:
+        raise InputError(f"max_hits must be >= 1, got {max_hits}")
+    qkeys = seed_keys(query_codes, index.pattern, start, end)
+    var = transition_variants(qkeys, index.weight, transition)  # (W, V)
+    flat = var.reshape(-1)
+    if index.offsets is not None:
+        safe = flat.clamp(min=0)
+        lo, hi = index.offsets[safe], index.offsets[safe + 1]
+    else:
+        lo = torch.searchsorted(index.keys, flat, right=False)
+        hi = torch.searchsorted(index.keys, flat, right=True)
+    counts = torch.where(flat >= 0, hi - lo, torch.zeros_like(lo))
+    nz = torch.nonzero(counts).squeeze(1)
+    if nz.numel() == 0:
+        return
+    counts, lo = counts[nz], lo[nz]
+    qend = start + torch.div(nz, var.shape[1], rounding_mode="floor") + index.length
+    csum = counts.cumsum(0)
+    total = int(csum[-1])
+    # batch boundaries: cut the look-ups where the running hit count crosses a multiple of max_hits
+    bounds = [0, counts.numel()]
+    if total > max_hits:
+        marks = torch.arange(max_hits, total, max_hits, device=csum.device)
+        cuts = torch.searchsorted(csum, marks, right=True)
+        bounds = [0, *sorted(set(cuts.tolist()) - {0}), counts.numel()]
+    for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
+        if b1 <= b0:
+            continue
+        c = counts[b0:b1]
+        rep = torch.repeat_interleave(torch.arange(b1 - b0, device=c.device), c)
+        first = torch.cumsum(c, 0) - c
+        within = torch.arange(rep.numel(), device=c.device) - first[rep]
+        t_end = index.ends[lo[b0:b1][rep] + within]
+        yield t_end, qend[b0:b1][rep]

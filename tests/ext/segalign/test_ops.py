@@ -1,0 +1,108 @@
+"""The ungapped X-drop filter: the torch twin against LASTZ's scalar loop, HSPs against brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.segalign.fasta import SEPARATOR
+from torchhpc.ext.segalign.ops import (
+    HSPs,
+    match_entropy,
+    remove_contained,
+    ungapped_hsps,
+    xdrop_extend,
+    xdrop_extend_torch,
+)
+from torchhpc.ext.segalign.reference import xdrop_extend_reference
+from torchhpc.ext.segalign.scoring import hoxd70
+
+
+def _codes(n, seed, rate=0.1, lower=True):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, 4, (n,), generator=g, dtype=torch.uint8)
+    q = t.clone()
+    mut = torch.rand(n, generator=g) < rate
+    q[mut] = torch.randint(0, 4, (int(mut.sum()),), generator=g, dtype=torch.uint8)
+    if lower:
+        t[n // 3:n // 3 + 25] += 4  # soft-masked stretch: scored like uppercase
+    t[0] = t[-1] = q[0] = q[-1] = SEPARATOR
+    q[n // 2] = SEPARATOR  # a record boundary in the query
+    return t, q
+
+
+@pytest.mark.parametrize("n,H,xdrop", [(301, 23, 910), (1000, 57, 910), (97, 9, 200), (500, 31, 5000)])
+@pytest.mark.parametrize("direction", [1, -1])
+def test_twin_equals_lastz_loop(n, H, xdrop, direction):
+    """Best score, its length and the scanned length equal LASTZ's scalar loop, walls included."""
+    t, q = _codes(n, seed=n + H)
+    g = torch.Generator().manual_seed(H)
+    tf = torch.randint(1, n - 1, (H,), generator=g)
+    qf = tf.clone()
+    qf[::4] = torch.randint(1, n - 1, (len(qf[::4]),), generator=g)  # off-diagonal (random) hits
+    table = hoxd70().table(xdrop)
+    best, length, scanned = xdrop_extend_torch(t, q, tf, qf, direction, table, xdrop, tile=8, max_tile=64)
+    tn, qn, tab = t.numpy(), q.numpy(), table.numpy()
+    for h in range(H):
+        ref = xdrop_extend_reference(tn, qn, int(tf[h]), int(qf[h]), direction, tab, xdrop)
+        assert (int(best[h]), int(length[h]), int(scanned[h])) == ref
+
+
+def test_dispatch_rejects_bad_arguments():
+    """An unknown backend or direction is an InputError."""
+    t, q = _codes(50, 1)
+    z = torch.zeros(1, dtype=torch.int64) + 3
+    with pytest.raises(InputError):
+        xdrop_extend(t, q, z, z, 2, hoxd70().table(910), 910)
+    with pytest.raises(InputError):
+        xdrop_extend(t, q, z, z, 1, hoxd70().table(910), 910, backend="cuda-magic")
+
+
+def _brute_hsps(t, q, t_end, q_end, table, xdrop, thresh):
+    """Extend every hit with the scalar loop, keep >= thresh, drop contained ones (entropy off)."""
+    tn, qn, tab = t.numpy(), q.numpy(), table.numpy()
+    segs = set()
+    for te, qe in zip(t_end.tolist(), q_end.tolist(), strict=True):
+        lb, ll, _ = xdrop_extend_reference(tn, qn, te - 1, qe - 1, -1, tab, xdrop)
+        rb, rl, _ = xdrop_extend_reference(tn, qn, te, qe, 1, tab, xdrop)
+        if lb + rb >= thresh:
+            segs.add((te - ll, qe - ll, ll + rl, lb + rb))
+    keep = set()
+    for s in segs:
+        d = s[0] - s[1]
+        inside = any(o != s and o[0] - o[1] == d and o[1] <= s[1] and o[1] + o[2] >= s[1] + s[2] for o in segs)
+        if not inside:
+            keep.add(s)
+    return keep
+
+
+def test_ungapped_hsps_cover_every_brute_force_hsp():
+    """Every maximal HSP of the all-hits brute force is found (the diagonal bookkeeping loses none)."""
+    t, q = _codes(1200, seed=11, lower=False)
+    g = torch.Generator().manual_seed(2)
+    t_end = torch.randint(30, 1190, (150,), generator=g)
+    q_end = t_end.clone()
+    q_end[::3] = torch.randint(30, 1190, (50,), generator=g)
+    table = hoxd70().table(910)
+    h, stats = ungapped_hsps(t, q, t_end, q_end, table, 910, 1500, entropy=False)
+    ours = set(zip(h.t_start.tolist(), h.q_start.tolist(), h.length.tolist(), h.score.tolist(), strict=True))
+    ref = _brute_hsps(t, q, t_end, q_end, table, 910, 1500)
+    assert ref and ref <= ours
+    assert stats["extended"] <= stats["hits"]
+
+
+def test_entropy_factor():
+    """Matched bases of one letter have entropy 0, of four equally used letters 1; short segments keep 1."""
+    t = torch.tensor([SEPARATOR] + [0] * 40 + [0, 1, 2, 3] * 10 + [SEPARATOR], dtype=torch.uint8)
+    e = match_entropy(t, t, torch.tensor([1, 41, 1]), torch.tensor([1, 41, 1]), torch.tensor([40, 40, 10]))
+    assert np.allclose(e.numpy(), [0.0, 1.0, 1.0])
+
+
+def test_remove_contained():
+    """An HSP inside another on its diagonal goes; overlapping or other-diagonal ones stay, sorted by query."""
+    h = HSPs(torch.tensor([10, 12, 30, 14, 12]), torch.tensor([0, 2, 20, 2, 2]), torch.tensor([20, 5, 10, 30, 18]),
+             torch.tensor([9, 8, 7, 6, 5]))
+    out = remove_contained(h)
+    assert sorted(zip(out.t_start.tolist(), out.q_start.tolist(), strict=True)) == [(10, 0), (14, 2), (30, 20)]

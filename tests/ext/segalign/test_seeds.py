@@ -1,0 +1,83 @@
+"""Spaced seeds and seed hits against a brute-force comparison of every window pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.segalign.fasta import from_strings
+from torchhpc.ext.segalign.reference import seed_hits_reference
+from torchhpc.ext.segalign.seeds import SEEDS, build_index, parse_seed, seed_hits
+
+
+def _related_pair(n: int, seed: int):
+    """A random target and a mutated copy (so there are true hits), with some soft-masking and an N."""
+    rng = np.random.default_rng(seed)
+    t = rng.integers(0, 4, n)
+    q = t.copy()
+    mut = rng.random(n) < 0.08
+    q[mut] = rng.integers(0, 4, int(mut.sum()))
+    ts = "".join("ACGT"[c] for c in t)
+    qs = "".join("ACGT"[c] for c in q)
+    ts = ts[:40] + ts[40:55].lower() + ts[55:90] + "N" + ts[91:]
+    return from_strings({"t1": ts[: n // 2], "t2": ts[n // 2:]}), from_strings({"q": qs})
+
+
+def _all_hits(index, q, transition, max_hits=1 << 20):
+    out = set()
+    for t_end, q_end in seed_hits(index, q.codes, 0, q.codes.numel(), transition, max_hits):
+        out |= set(zip(t_end.tolist(), q_end.tolist(), strict=True))
+    return out
+
+
+@pytest.mark.parametrize("pattern", ["12of19", "14of22", "1101", "111"])
+@pytest.mark.parametrize("transition", [True, False])
+def test_hits_equal_brute_force(pattern, transition):
+    """Every hit (one transition or none, masked and N windows excluded) and no other, as brute force finds."""
+    t, q = _related_pair(157, seed=len(pattern))
+    pat = parse_seed(pattern)
+    index = build_index(t.codes, pat)
+    ours = _all_hits(index, q, transition)
+    ref = seed_hits_reference(t.codes.numpy(), q.codes.numpy(), pat, transition)
+    assert ours == ref and len(ref) > 0
+
+
+def test_direct_table_and_searchsorted_agree():
+    """The counting-sort table and the searchsorted look-up give the same hits."""
+    t, q = _related_pair(301, seed=3)
+    index = build_index(t.codes, parse_seed("1111"))
+    assert index.offsets is not None
+    direct = _all_hits(index, q, True)
+    index.offsets = None
+    assert _all_hits(index, q, True) == direct
+
+
+def test_max_hits_batches_cover_the_same_hits():
+    """Batching with a tiny max_hits yields the same hits, each batch within the budget (or one window)."""
+    t, q = _related_pair(211, seed=5)
+    index = build_index(t.codes, parse_seed("111"))
+    full = _all_hits(index, q, True)
+    sizes = [te.numel() for te, _ in seed_hits(index, q.codes, 0, q.codes.numel(), True, 7)]
+    assert _all_hits(index, q, True, max_hits=7) == full
+    assert max(sizes) <= 7 * 4 and len(sizes) > 5
+
+
+def test_step_indexes_every_kth_window():
+    """--step k keeps the target windows starting at multiples of k (as brute force with stride k)."""
+    t, q = _related_pair(150, seed=7)
+    pat = parse_seed("12of19")
+    index = build_index(t.codes, pat, step=3)
+    assert _all_hits(index, q, True) == seed_hits_reference(t.codes.numpy(), q.codes.numpy(), pat, True, 3)
+
+
+def test_parse_seed():
+    """Named seeds, matchN and patterns parse; malformed ones are one-line InputErrors."""
+    assert parse_seed("12of19") == SEEDS["12of19"] and parse_seed("match4") == "1111"
+    assert parse_seed("1101") == "1101"
+    for bad in ["", "12of20", "0110", "11a1", "1" * 40]:
+        with pytest.raises(InputError):
+            parse_seed(bad)
+    with pytest.raises(InputError):
+        build_index(torch.zeros(3, dtype=torch.uint8), "11", step=0)

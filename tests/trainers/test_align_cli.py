@@ -1,0 +1,94 @@
+"""``torchhpc align``: the LASTZ-like command end to end, its formats and its one-line errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from torchhpc.ext.segalign.lastz import read_maf
+from torchhpc.ext.segalign.recall import lastz_available
+from torchhpc.ext.segalign.simulate import simulate_pair
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A small simulated pair with an inversion, written as FASTA (the target gzipped)."""
+    d = tmp_path_factory.mktemp("pair")
+    sim = simulate_pair(8000, inversions=1, inversion_length=2000, duplications=0, seed=7)
+    sim.write(d / "t.fa", d / "q.fa")
+    (d / "t.fa.gz").write_bytes(gzip.compress((d / "t.fa").read_bytes()))
+    return d
+
+
+def test_help_names_lastz_options(cli):
+    """torchhpc align --help documents the LASTZ option names of the issue."""
+    res = cli("align", "--help")
+    assert res.returncode == 0
+    for opt in ["--output", "--format", "--seed", "--notransition", "--strand", "--xdrop", "--hspthresh",
+                "--ydrop", "--gappedthresh", "--nogapped", "--gapped-by", "--device", "--step", "--ambiguous"]:
+        assert opt in res.stdout, opt
+
+
+def test_align_writes_maf_both_strands(cli, pair, tmp_path):
+    """The default run writes MAF blocks on both strands and --stats prints JSON counters."""
+    out = tmp_path / "out.maf"
+    res = cli("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
+    assert res.returncode == 0, res.stderr[-2000:]
+    alns = read_maf(out.read_text())
+    assert {a.strand for a in alns} == {"+", "-"}
+    stats = json.loads(res.stderr.strip().splitlines()[-1])
+    assert stats["alignments"] == len(alns) and stats["hits"] > 0
+
+
+def test_nogapped_segments_and_general(cli, pair):
+    """--nogapped writes HSPs as a LASTZ segments file or general table on stdout."""
+    seg = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "segments",
+              "--strand", "plus", "--notransition", "--seed", "14of22")
+    assert seg.returncode == 0, seg.stderr[-2000:]
+    lines = seg.stdout.splitlines()
+    assert lines[0].startswith("#name1") and len(lines) > 1
+    assert all(ln.split("\t")[6] == "+" for ln in lines[1:])
+    gen = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "general")
+    assert gen.returncode == 0 and gen.stdout.startswith("#score\tname1")
+
+
+@pytest.mark.skipif(not lastz_available(), reason="lastz is not on PATH")
+def test_gapped_by_lastz(cli, pair):
+    """--gapped-by lastz hands the HSPs to lastz --segments and returns its MAF."""
+    res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert read_maf(res.stdout)
+
+
+@pytest.mark.parametrize(
+    "make, extra, words",
+    [
+        ("missing", [], ["FASTA file not found"]),
+        ("empty", [], ["empty file"]),
+        ("protein", [], ["protein"]),
+        ("badchar", [], ["record 1", "position 4", "'!'"]),
+        (None, ["--seed", "01101"], ["--seed", "must start and end with 1"]),
+        (None, ["--xdrop", "0"], ["--xdrop must be positive"]),
+        (None, ["--gapped-by", "lastz", "--lastz", "no-such-lastz"], ["lastz executable", "not on PATH"]),
+        (None, ["--device", "tpu"], ["device"]),
+        (None, ["--format", "sam"], ["invalid choice"]),
+    ],
+)
+def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
+    """Bad files and options exit non-zero with one line on stderr, no traceback."""
+    target = pair / "t.fa"
+    if make:
+        target = tmp_path / f"{make}.fa"
+        body = {"missing": None, "empty": "", "protein": ">p\nMEEPQSDPSVEPPLSQETFSDLWKLL\n",
+                "badchar": ">x\nACG!T\n"}[make]
+        if body is not None:
+            target.write_text(body)
+    nogapped = [] if "--gapped-by" in extra else ["--nogapped"]
+    res = cli("align", str(target), str(pair / "q.fa"), *nogapped, *extra)
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    for w in words:
+        assert w in res.stderr, res.stderr

@@ -1,0 +1,133 @@
+"""Triton kernel for segalign: gap-free X-drop extension of many seed hits (SegAlign's ``find_hsps``).
+
+SegAlign gives each seed hit one CUDA warp that walks its diagonal 32 cells a
+step (lane = offset): per-lane substitution score, a prefix sum, a running
+maximum and an X-drop test.  Here one program takes ``BLOCK_H`` hits and walks
+them together a ``TILE`` of cells per step, so a step works on a
+``(BLOCK_H, TILE)`` tile::
+
+    hit h   cells k .. k+TILE-1 along its diagonal (direction +1 right, -1 left)
+    s[h,j]  = table[t[t0+d(k+j)], q[q0+d(k+j)]]
+    run     = run_before + cumsum_j s              score after each cell
+    peak    = max(best_before, cummax_j run)
+    drop    = run < peak - xdrop                   first True: the extension ends there
+    best    = max of run before the drop           (first maximum -> length)
+
+A hit leaves the loop at its first drop; the program ends when all its hits have.
+Cells outside the arrays read as the separator code (a wall), as in the torch twin
+:func:`torchhpc.ext.segalign.ops.xdrop_extend_torch`, which this kernel equals.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# a global read inside @triton.jit must be a constexpr (compiled Triton refuses plain globals)
+SEPARATOR = tl.constexpr(10)
+
+
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _xdrop_extend_kernel(
+    t_ptr,  # (Nt,) uint8 target codes
+    q_ptr,  # (Nq,) uint8 query codes
+    table_ptr,  # (11 * 11,) int32 substitution scores
+    t_first_ptr,  # (H,) int64 first cell of each hit in the target
+    q_first_ptr,  # (H,) int64 first cell in the query
+    best_ptr,  # (H,) int64 out: best score
+    len_ptr,  # (H,) int64 out: cells up to the best one
+    scan_ptr,  # (H,) int64 out: cells scanned
+    H,
+    nt,
+    nq,
+    xdrop,
+    DIRECTION: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    TILE: tl.constexpr,
+):
+    # 1. program id -> this program's hits
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_H + tl.arange(0, BLOCK_H)
+    rmask = rows < H
+    t0 = tl.load(t_first_ptr + rows, mask=rmask, other=0)
+    q0 = tl.load(q_first_ptr + rows, mask=rmask, other=0)
+    j = tl.arange(0, TILE)
+    best = tl.zeros((BLOCK_H,), dtype=tl.int32)
+    run = tl.zeros((BLOCK_H,), dtype=tl.int32)
+    length = tl.zeros((BLOCK_H,), dtype=tl.int64)
+    scanned = tl.zeros((BLOCK_H,), dtype=tl.int64)
+    active = rmask
+    k = 0
+    # 2. walk TILE cells a step until every hit has dropped
+    while tl.max(active.to(tl.int32), axis=0) > 0:
+        off = DIRECTION * (k + j[None, :])
+        ti = t0[:, None] + off
+        qi = q0[:, None] + off
+        inb = (ti >= 0) & (ti < nt) & (qi >= 0) & (qi < nq) & active[:, None]
+        tc = tl.load(t_ptr + ti, mask=inb, other=SEPARATOR).to(tl.int32)
+        qc = tl.load(q_ptr + qi, mask=inb, other=SEPARATOR).to(tl.int32)
+        s = tl.load(table_ptr + tc * 11 + qc)
+        # 3. running score, running peak, the first X-drop
+        r = run[:, None] + tl.cumsum(s, axis=1)
+        peak = tl.maximum(tl.associative_scan(r, 1, _max_combine), best[:, None])
+        drop = r < peak - xdrop
+        first = tl.min(tl.where(drop, j[None, :], TILE), axis=1)
+        # 4. best cell before the drop (the first of equal maxima, as LASTZ's strict '>')
+        masked = tl.where(j[None, :] < first[:, None], r, -2147483647)
+        t_best = tl.max(masked, axis=1)
+        t_arg = tl.min(tl.where(masked == t_best[:, None], j[None, :], TILE), axis=1)
+        better = active & (first > 0) & (t_best > best)
+        length = tl.where(better, (k + t_arg + 1).to(tl.int64), length)
+        best = tl.where(better, t_best, best)
+        ended = active & (first < TILE)
+        scanned = tl.where(ended, (k + first + 1).to(tl.int64), scanned)
+        active = active & (first >= TILE)
+        run = tl.sum(tl.where(j[None, :] == TILE - 1, r, 0), axis=1)
+        k += TILE
+    # 5. store
+    tl.store(best_ptr + rows, best.to(tl.int64), mask=rmask)
+    tl.store(len_ptr + rows, length, mask=rmask)
+    tl.store(scan_ptr + rows, scanned, mask=rmask)
+
+
+def xdrop_extend_triton(
+    t_codes: torch.Tensor,
+    q_codes: torch.Tensor,
+    t_first: torch.Tensor,
+    q_first: torch.Tensor,
+    direction: int,
+    table: torch.Tensor,
+    xdrop: int,
+    block_h: int = 32,
+    tile: int = 32,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Launch :func:`_xdrop_extend_kernel`; arguments and results as ``ops.xdrop_extend_torch``."""
+    if t_codes.dtype != torch.uint8 or q_codes.dtype != torch.uint8:
+        raise ValueError("t_codes and q_codes must be uint8 codes")
+    if t_first.shape != q_first.shape or t_first.dim() != 1:
+        raise ValueError("t_first and q_first must be 1-D of one length")
+    if direction not in (1, -1):
+        raise ValueError(f"direction must be +1 or -1, got {direction}")
+    if table.shape != (11, 11):
+        raise ValueError(f"table must be (11, 11), got {tuple(table.shape)}")
+    H = t_first.numel()
+    dev = t_first.device
+    best = torch.zeros(H, dtype=torch.int64, device=dev)
+    length = torch.zeros(H, dtype=torch.int64, device=dev)
+    scanned = torch.zeros(H, dtype=torch.int64, device=dev)
+    if H == 0:
+        return best, length, scanned
+    grid = (triton.cdiv(H, block_h),)
+    _xdrop_extend_kernel[grid](
+        t_codes.contiguous(), q_codes.contiguous(), table.to(torch.int32).contiguous().reshape(-1),
+        t_first.to(torch.int64).contiguous(), q_first.to(torch.int64).contiguous(), best, length, scanned,
+        H, t_codes.numel(), q_codes.numel(), int(xdrop),
+        DIRECTION=direction, BLOCK_H=block_h, TILE=tile,
+    )
+    return best, length, scanned
