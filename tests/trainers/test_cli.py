@@ -28,12 +28,16 @@ def test_demo_writes_a_run_folder(cli, tmp_path):
     """The demo (what make demo runs) completes and writes config, summary, metrics and a plot."""
     res = cli("demo", "--config", str(REPO / "configs/demo/default.yaml"), "--set", f"run.root={tmp_path}",
               "--set", "kraken.batch=64", "--set", "kraken.rows=500", "--set", "kraken.repeats=2",
-              "--set", "run.run_id=t1", "--set", "run.progress=false")
+              "--set", "kraken.continual_steps=60", "--set", "run.run_id=t1", "--set", "run.progress=false")
     assert res.returncode == 0, res.stderr[-3000:]
     d = tmp_path / "demo" / "t1"
     summary = json.loads((d / "summary.json").read_text())
     assert summary["ok"] is True
     assert summary["kraken"]["matches_torchrec"] is True and summary["kraken"]["max_abs_diff_forward"] < 1e-5
+    assert summary["kraken"]["continual_rows"] > 0
+    assert summary["gems"]["ok"] is True and summary["gems"]["steps"] == 4
+    assert summary["segalign"]["truth_recall"] > 0.95  # the simulated pair's true aligned bases found
+    assert set(summary) >= {"sched", "kraken", "gems", "segalign", "ccsdt"}
     assert (d / "config.yaml").read_text().count("batch: 64") == 1
     assert (d / "metrics.jsonl").exists() and (d / "kraken_pooling.png").exists()
 
