@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from torchhpc.ext.core.errors import InputError
+
 from .baselines import HashedEBC, ManagedCollisionEBC
 from .embedding import DynamicEmbeddingCollection, DynamicTableConfig
 from .metrics import auc, log_loss
@@ -119,7 +121,17 @@ def run_variant(name: str, stream: SyntheticClickStream, steps: int, dim: int, f
 def run_comparison(steps: int = 1500, vocab: int = 20_000, batch_size: int = 512, dim: int = 16,
                    fraction: float = 1 / 3, out: str | None = "runs/bench", seed: int = 0,
                    variants=VARIANTS, verbose: bool = True) -> dict:
-    """All variants on one stream; writes ``<out>/kraken/stream.json`` and ``stream.png``."""
+    """All variants on one stream; writes ``<out>/kraken/stream.json`` and ``stream.png``.
+
+    Raises:
+        InputError: fewer than 2 steps, or a non-positive size, or a fraction outside (0, 1].
+    """
+    if steps < 2 or vocab < 1 or batch_size < 2 or dim < 1 or not 0 < fraction <= 1:
+        raise InputError(f"bench needs steps >= 2, vocab >= 1, batch size >= 2, dim >= 1 and 0 < fraction <= 1; "
+                         f"got steps={steps}, vocab={vocab}, batch size={batch_size}, dim={dim}, fraction={fraction}")
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        raise InputError(f"unknown variant {unknown[0]!r} (choose from {', '.join(VARIANTS)})")
     torch.manual_seed(seed)
     stream = SyntheticClickStream(SyntheticConfig(vocab=vocab, batch_size=batch_size, zipf=1.05,
                                                   new_ids_per_batch=4.0, effect_scale=3.0, seed=seed))

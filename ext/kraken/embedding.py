@@ -127,6 +127,20 @@ class DynamicTableConfig:
         return rows * self.bytes_per_row(optimizer) + index + sketch
 
 
+def pool_features(cfg: DynamicTableConfig, feats: list, rows: torch.Tensor, slot: torch.Tensor,
+                  device: torch.device, backend: str = "auto") -> dict[str, torch.Tensor]:
+    """Pool each feature of one table: ``feats`` are its JaggedTensors (in ``cfg.features`` order),
+    ``rows`` the gathered rows and ``slot`` the row of every value of the concatenated features."""
+    out, start = {}, 0
+    for f, jt in zip(cfg.features, feats, strict=True):
+        n = jt.values().numel()
+        w = jt.weights_or_none()
+        out[f] = jagged_embedding_bag(rows, slot[start:start + n], jt.offsets().to(device), cfg.pooling,
+                                      w.to(device) if w is not None else None, backend=backend, validate=False)
+        start += n
+    return out
+
+
 class DynamicTable:
     """Storage of one table: rows, their optimizer state, metadata and the ID index (not a Module)."""
 
@@ -432,15 +446,7 @@ class DynamicEmbeddingCollection(nn.Module):
                 self._pending.append((name, rows_hit, emb))
             local = torch.cat([emb, emb.new_zeros((1, cfg.dim))])  # the last row: zeros for IDs with no row
             slot = torch.where(hit, torch.cumsum(hit, 0) - 1, torch.full_like(rows, rows_hit.numel()))[inv]
-            start = 0
-            for f, jt in zip(cfg.features, feats, strict=True):
-                n = jt.values().numel()
-                w = jt.weights_or_none()
-                pooled[f] = jagged_embedding_bag(
-                    local, slot[start:start + n], jt.offsets().to(self.device_), cfg.pooling,
-                    w.to(self.device_) if w is not None else None, backend=self.backend, validate=False,
-                )
-                start += n
+            pooled.update(pool_features(cfg, feats, local, slot, self.device_, self.backend))
         return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])
 
     @torch.no_grad()

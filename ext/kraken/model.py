@@ -16,15 +16,7 @@ import torch
 from torch import nn
 
 from torchhpc.ext.core.errors import InputError
-
-
-def mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2 or last_act:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
+from torchhpc.ext.core.nn import mlp
 
 
 class DLRM(nn.Module):
@@ -35,9 +27,9 @@ class DLRM(nn.Module):
         self.num_sparse, self.dim, self.num_dense = num_sparse, dim, num_dense
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.bottom = mlp([num_dense, *bottom, dim])
+            self.bottom = mlp([num_dense, *bottom, dim], last_activation=True)
             n = num_sparse + 1
-            self.top = mlp([dim + n * (n - 1) // 2, *top, 1], last_act=False)
+            self.top = mlp([dim + n * (n - 1) // 2, *top, 1])
         iu = torch.triu_indices(n, n, offset=1)
         self.register_buffer("_iu", iu, persistent=False)
 

@@ -31,9 +31,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .embedding import DynamicEmbeddingCollection
+from .embedding import DynamicEmbeddingCollection, pool_features
 from .hashing import check_ids, mix64
-from .ops import jagged_embedding_bag
 
 _OWNER_SALT = 4242
 
@@ -106,16 +105,7 @@ class ShardedDynamicEmbeddingCollection(DynamicEmbeddingCollection):
             if training:
                 emb.requires_grad_(True)
                 self._push.append((name, emb, order, send_splits, recv_splits, own_rows, own_inv, hit))
-            slot = inv
-            start = 0
-            for f, jt in zip(cfg.features, feats, strict=True):
-                n = jt.values().numel()
-                w = jt.weights_or_none()
-                pooled[f] = jagged_embedding_bag(
-                    emb, slot[start:start + n], jt.offsets().to(self.device_), cfg.pooling,
-                    w.to(self.device_) if w is not None else None, backend=self.backend, validate=False,
-                )
-                start += n
+            pooled.update(pool_features(cfg, feats, emb, inv, self.device_, self.backend))
         return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])
 
     @torch.no_grad()
@@ -186,11 +176,5 @@ class RoutedEmbeddingCollection(torch.nn.Module):
                 t = shard.tables[name]
                 rows = t.index.lookup(uniq[m].to(t.device)).cpu()
                 emb[m] = t.weight[rows.clamp(min=0)].cpu() * (rows >= 0).unsqueeze(1)
-            start = 0
-            for f, jt in zip(cfg.features, feats, strict=True):
-                n = jt.values().numel()
-                w = jt.weights_or_none()
-                pooled[f] = jagged_embedding_bag(emb, inv[start:start + n], jt.offsets(), cfg.pooling, w,
-                                                 validate=False)
-                start += n
+            pooled.update(pool_features(cfg, feats, emb, inv, torch.device("cpu")))
         return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])

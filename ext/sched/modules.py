@@ -16,16 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from torchhpc.ext.core.nn import mlp
+
 MASKED_LOGIT = -1e8
-
-
-def _mlp(sizes: list[int], last_activation: bool = False) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(len(sizes) - 1):
-        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
-        if i < len(sizes) - 2 or last_activation:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 class KernelActor(nn.Module):
@@ -37,7 +30,7 @@ class KernelActor(nn.Module):
 
     def __init__(self, features: int = 8, hidden: tuple[int, ...] = (32, 16, 8)) -> None:
         super().__init__()
-        self.score = _mlp([features, *hidden, 1])
+        self.score = mlp([features, *hidden, 1])
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         valid = mask.nonzero(as_tuple=True)
@@ -56,8 +49,8 @@ class KernelCritic(nn.Module):
     def __init__(self, slots: int = 128, features: int = 8, hidden: tuple[int, ...] = (32, 16, 8),
                  empty_slot: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.per_job = _mlp([features, *hidden, 1])
-        self.head = _mlp([slots, 64, 32, 8, 1])
+        self.per_job = mlp([features, *hidden, 1])
+        self.head = mlp([slots, 64, 32, 8, 1])
         if empty_slot is None:
             empty_slot = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.float32)[:features]
         self.register_buffer("empty_slot", empty_slot.float(), persistent=False)
@@ -74,7 +67,7 @@ class FlatActor(nn.Module):
 
     def __init__(self, slots: int = 128, features: int = 8, hidden: tuple[int, ...] = (128, 128, 128)) -> None:
         super().__init__()
-        self.net = _mlp([slots * features, *hidden, slots])
+        self.net = mlp([slots * features, *hidden, slots])
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.net(queue.flatten(1)).masked_fill(~mask, MASKED_LOGIT)
@@ -85,7 +78,7 @@ class FlatCritic(nn.Module):
 
     def __init__(self, slots: int = 128, features: int = 8, hidden: tuple[int, ...] = (128, 128, 128)) -> None:
         super().__init__()
-        self.net = _mlp([slots * features, *hidden, 1])
+        self.net = mlp([slots * features, *hidden, 1])
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.net(queue.flatten(1)).squeeze(-1)

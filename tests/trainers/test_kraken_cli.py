@@ -40,10 +40,11 @@ def test_train_then_serve(cli, tmp_path):
     (["train", "--config", DEBUG, "--set", "tables.max_rows=0", "--set", "tables.memory_budget_mb=0.0001"],
      "too small for one row"),
     (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
+    (["bench", "--steps", "0"], "steps >= 2"),
 ])
 def test_bad_input_is_one_line(cli, tmp_path, args, words):
-    res = cli("kraken", *args, "--set" if args[0] == "train" else "--poll",
-              f"run.root={tmp_path}" if args[0] == "train" else "0.01")
+    extra = {"train": ["--set", f"run.root={tmp_path}"], "serve": ["--poll", "0.01"]}.get(args[0], [])
+    res = cli("kraken", *args, *extra)
     assert res.returncode != 0
     assert words in res.stderr and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 
