@@ -20,7 +20,7 @@ import torch
 from torchhpc.ext.core.errors import InputError
 
 from .fasta import SequenceSet, read_fasta
-from .ops import HSPs, remove_contained, ungapped_hsps
+from .ops import BACKENDS, HSPs, remove_contained, ungapped_hsps
 from .output import Alignment, hsps_to_alignments
 from .scoring import Scoring, hoxd70, read_scoring_file
 from .seeds import build_index, parse_seed, seed_hits
@@ -63,7 +63,7 @@ class AlignConfig:
     device: str = "cpu"
     """where seeding and the filter run (cpu, cuda)"""
     backend: str = "auto"
-    """filter kernel: auto (Triton on CUDA, torch elsewhere), torch or triton"""
+    """filter kernel: auto (Triton on CUDA, numba on the CPU where installed, else torch), torch, numba or triton"""
     progress: bool = False
     """progress bars over query intervals"""
     lastz: str = "lastz"
@@ -80,6 +80,8 @@ class AlignConfig:
             raise InputError(f"--gappedthresh must be positive, got {self.gappedthresh}")
         if self.gapped_by not in ("native", "lastz"):
             raise InputError(f"--gapped-by must be native or lastz, got {self.gapped_by!r}")
+        if self.backend not in BACKENDS:
+            raise InputError(f"--backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
         parse_seed(self.seed)
 
     def scoring_scheme(self) -> Scoring:

@@ -19,6 +19,7 @@ on the same diagonal are removed (SegAlign's de-duplication).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -125,9 +126,10 @@ def xdrop_extend(
     direction: int,
     table: torch.Tensor,
     xdrop: int,
-    backend: Literal["auto", "torch", "triton"] = "auto",
+    backend: Literal["auto", "torch", "triton", "numba"] = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Dispatch: the Triton kernel for CUDA tensors (``auto``), the torch twin elsewhere.
+    """Dispatch: the Triton kernel for CUDA tensors, the numba kernel for CPU tensors where
+    numba is installed (``auto``), the torch twin otherwise.
 
     Shapes and results as :func:`xdrop_extend_torch`.
 
@@ -136,15 +138,46 @@ def xdrop_extend(
     """
     if direction not in (1, -1):
         raise InputError(f"direction must be +1 or -1, got {direction}")
-    if backend == "auto":
-        backend = "triton" if (t_codes.is_cuda and triton_available()) else "torch"
+    backend = resolve_backend(backend, t_codes.device)
     if backend == "triton":
         from torchhpc.triton_kernels.segalign import xdrop_extend_triton
 
         return xdrop_extend_triton(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
-    if backend != "torch":
-        raise InputError(f"backend must be auto, triton or torch, got {backend!r}")
+    if backend == "numba":
+        from .cpu_kernels import xdrop_extend_numba
+
+        return xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
     return xdrop_extend_torch(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
+
+
+BACKENDS = ("auto", "torch", "triton", "numba")
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """``auto`` -> ``triton`` on CUDA, ``numba`` on the CPU where installed, else ``torch``.
+
+    Raises:
+        InputError: an unknown backend, or one that cannot run on ``device``.
+    """
+    if backend not in BACKENDS:
+        raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+    if backend == "auto":
+        if device.type == "cuda":
+            return "triton" if triton_available() else "torch"
+        from .cpu_kernels import numba_available
+
+        return "numba" if numba_available() else "torch"
+    if backend == "numba":
+        from .cpu_kernels import numba_available
+
+        if not numba_available():
+            raise InputError("backend 'numba' needs numba (pip install numba), or use backend 'torch'")
+        if device.type != "cpu":
+            raise InputError(f"backend 'numba' runs on the CPU; the tensors are on {device}")
+    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise InputError("backend 'triton' needs a CUDA device (--device cuda), or TRITON_INTERPRET=1 to "
+                         "interpret it on the CPU")
+    return backend
 
 
 # ----------------------------------------------------------------------------- HSPs
@@ -263,11 +296,20 @@ def ungapped_hsps(
     stats = {"hits": int(t_end.numel()), "extended": 0, "rounds": 0}
     if t_end.numel() == 0:
         return HSPs.empty(strand, t_end.device), stats
-    diag = t_end - q_end
-    big = int(q_codes.numel()) + 1
-    order = torch.argsort((diag - int(diag.min())) * big + q_end)
-    diag, q_end_s, t_end_s = diag[order], q_end[order], t_end[order]
+    backend = resolve_backend(backend, t_codes.device)
     parts = []
+    if backend == "numba":
+        from .cpu_kernels import ungapped_scan_numba
+
+        *raw, n_ext = ungapped_scan_numba(t_codes, q_codes, t_end, q_end, table, xdrop)
+        parts.append(tuple(raw))
+        stats["extended"], stats["rounds"] = n_ext, 1
+        diag = t_end[:0]
+    else:
+        diag = t_end - q_end
+        big = int(q_codes.numel()) + 1
+        order = torch.argsort((diag - int(diag.min())) * big + q_end)
+        diag, q_end_s, t_end_s = diag[order], q_end[order], t_end[order]
     while diag.numel():
         stats["rounds"] += 1
         lead = torch.ones_like(diag, dtype=torch.bool)

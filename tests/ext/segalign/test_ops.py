@@ -7,11 +7,13 @@ import pytest
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.segalign.cpu_kernels import numba_available
 from torchhpc.ext.segalign.fasta import SEPARATOR
 from torchhpc.ext.segalign.ops import (
     HSPs,
     match_entropy,
     remove_contained,
+    resolve_backend,
     ungapped_hsps,
     xdrop_extend,
     xdrop_extend_torch,
@@ -33,17 +35,25 @@ def _codes(n, seed, rate=0.1, lower=True):
     return t, q
 
 
+BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="needs numba"))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("n,H,xdrop", [(301, 23, 910), (1000, 57, 910), (97, 9, 200), (500, 31, 5000)])
 @pytest.mark.parametrize("direction", [1, -1])
-def test_twin_equals_lastz_loop(n, H, xdrop, direction):
-    """Best score, its length and the scanned length equal LASTZ's scalar loop, walls included."""
+def test_twin_equals_lastz_loop(n, H, xdrop, direction, backend):
+    """Best score, its length and the scanned length equal LASTZ's scalar loop, walls included
+    (the torch twin with small tiles, and the numba CPU kernel)."""
     t, q = _codes(n, seed=n + H)
     g = torch.Generator().manual_seed(H)
     tf = torch.randint(1, n - 1, (H,), generator=g)
     qf = tf.clone()
     qf[::4] = torch.randint(1, n - 1, (len(qf[::4]),), generator=g)  # off-diagonal (random) hits
     table = hoxd70().table(xdrop)
-    best, length, scanned = xdrop_extend_torch(t, q, tf, qf, direction, table, xdrop, tile=8, max_tile=64)
+    if backend == "torch":
+        best, length, scanned = xdrop_extend_torch(t, q, tf, qf, direction, table, xdrop, tile=8, max_tile=64)
+    else:
+        best, length, scanned = xdrop_extend(t, q, tf, qf, direction, table, xdrop, backend=backend)
     tn, qn, tab = t.numpy(), q.numpy(), table.numpy()
     for h in range(H):
         ref = xdrop_extend_reference(tn, qn, int(tf[h]), int(qf[h]), direction, tab, xdrop)
@@ -58,6 +68,17 @@ def test_dispatch_rejects_bad_arguments():
         xdrop_extend(t, q, z, z, 2, hoxd70().table(910), 910)
     with pytest.raises(InputError):
         xdrop_extend(t, q, z, z, 1, hoxd70().table(910), 910, backend="cuda-magic")
+    with pytest.raises(InputError, match="CPU"):
+        resolve_backend("numba", torch.device("cuda"))
+
+
+def test_triton_on_the_cpu_needs_the_interpreter(monkeypatch):
+    """backend 'triton' on CPU tensors is a clear error unless TRITON_INTERPRET=1 (as in these tests)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(InputError, match="CUDA"):
+        resolve_backend("triton", torch.device("cpu"))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert resolve_backend("triton", torch.device("cpu")) == "triton"
 
 
 def _brute_hsps(t, q, t_end, q_end, table, xdrop, thresh):
@@ -78,7 +99,8 @@ def _brute_hsps(t, q, t_end, q_end, table, xdrop, thresh):
     return keep
 
 
-def test_ungapped_hsps_cover_every_brute_force_hsp():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ungapped_hsps_cover_every_brute_force_hsp(backend):
     """Every maximal HSP of the all-hits brute force is found (the diagonal bookkeeping loses none)."""
     t, q = _codes(1200, seed=11, lower=False)
     g = torch.Generator().manual_seed(2)
@@ -86,7 +108,7 @@ def test_ungapped_hsps_cover_every_brute_force_hsp():
     q_end = t_end.clone()
     q_end[::3] = torch.randint(30, 1190, (50,), generator=g)
     table = hoxd70().table(910)
-    h, stats = ungapped_hsps(t, q, t_end, q_end, table, 910, 1500, entropy=False)
+    h, stats = ungapped_hsps(t, q, t_end, q_end, table, 910, 1500, entropy=False, backend=backend)
     ours = set(zip(h.t_start.tolist(), h.q_start.tolist(), h.length.tolist(), h.score.tolist(), strict=True))
     ref = _brute_hsps(t, q, t_end, q_end, table, 910, 1500)
     assert ref and ref <= ours

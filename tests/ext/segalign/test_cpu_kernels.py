@@ -1,0 +1,67 @@
+"""The numba CPU kernels of the ungapped filter against the torch path (the reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchhpc.ext.segalign.align import AlignConfig, find_hsps
+from torchhpc.ext.segalign.fasta import SEPARATOR, read_fasta
+from torchhpc.ext.segalign.ops import ungapped_hsps
+from torchhpc.ext.segalign.scoring import hoxd70
+
+pytest.importorskip("numba")
+
+
+def _pair(n, seed):
+    """A related pair with repeats, masked bases, ambiguous bases and record walls."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, 4, (n,), generator=g, dtype=torch.uint8)
+    t[n // 2:n // 2 + 300] = t[n // 5:n // 5 + 300]  # a repeat: several hits per diagonal region
+    q = t.clone()
+    mut = torch.rand(n, generator=g) < 0.4  # weak similarity: many short HSPs
+    q[mut] = torch.randint(0, 4, (int(mut.sum()),), generator=g, dtype=torch.uint8)
+    t[n // 3:n // 3 + 40] += 4
+    q[n // 7] = 8
+    t[0] = t[-1] = q[0] = q[-1] = SEPARATOR
+    q[(2 * n) // 3] = t[(3 * n) // 4] = SEPARATOR
+    return t, q, g
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_scan_equals_torch_rounds(seed, threads):
+    """One pass over the hits in query order (threads split the diagonals) gives exactly the HSPs and
+    the extension count of the torch path's rounds, for hits in any order."""
+    n = 3000
+    t, q, g = _pair(n, seed)
+    te = torch.randint(20, n - 1, (4000,), generator=g)
+    qe = (te + torch.randint(-3, 4, (4000,), generator=g)).clamp(20, n - 1)  # many hits per diagonal
+    qe[::5] = torch.randint(20, n - 1, (len(qe[::5]),), generator=g)  # and random ones
+    key = torch.unique(te * n + qe)  # hits are distinct (target end, query end) pairs
+    perm = torch.randperm(key.numel(), generator=g)
+    te, qe = (key // n)[perm], (key % n)[perm]
+    table = hoxd70().table(400)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, sa = ungapped_hsps(t, q, te, qe, table, 400, 800, backend="torch")
+        b, sb = ungapped_hsps(t, q, te, qe, table, 400, 800, backend="numba")
+    finally:
+        torch.set_num_threads(old)
+    assert len(a) > 5
+    for f in ("t_start", "q_start", "length", "score"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+    assert sa["extended"] == sb["extended"] < sa["hits"]
+
+
+def test_find_hsps_backends_agree_on_a_real_pair(shared_data):
+    """Human vs mouse mitochondria, both strands: the same HSPs whichever CPU kernel filters."""
+    g = shared_data / "genomes"
+    t, q = read_fasta(g / "humanMito.fa"), read_fasta(g / "mouseMito.fa")
+    a, _ = find_hsps(t, q, AlignConfig(gapped=False, backend="torch"))
+    b, _ = find_hsps(t, q, AlignConfig(gapped=False, backend="numba"))
+    assert sum(len(v) for v in a.values()) > 10
+    for s in a:
+        for f in ("t_start", "q_start", "length", "score"):
+            assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
