@@ -242,6 +242,9 @@ def pooled_embeddings(
         name = feature_to_table.get(key, key)
         if name not in tables:
             raise InputError(f"feature {key!r} has no embedding table (tables: {', '.join(tables)})")
+        # torchrec may leave a split feature's offsets (computed from lengths) on the CPU: follow the table
+        dev = tables[name].device
         w = jt.weights_or_none()
-        out[key] = jagged_embedding_bag(tables[name], jt.values(), jt.offsets(), mode, w, **kwargs)
+        out[key] = jagged_embedding_bag(tables[name], jt.values().to(dev), jt.offsets().to(dev), mode,
+                                        w.to(dev) if w is not None else None, **kwargs)
     return out

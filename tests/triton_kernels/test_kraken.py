@@ -169,6 +169,7 @@ def test_fused_sparse_row_update_matches_torch_twin(kernel_device, kind, D):
             opt.step(w, state, rows, grads, step, backend=backend)
         outs.append((w.cpu(), {k: v.cpu() for k, v in state.items()}))
     (w1, s1), (w2, s2) = outs
-    torch.testing.assert_close(w1, w2, rtol=1e-5, atol=1e-6)
+    # fp32 sums over D run in another order on a GPU (seen: 1.3e-6 apart for rowwise_adam, D=130)
+    torch.testing.assert_close(w1, w2, rtol=1e-5, atol=1e-5)
     for k in s1:
         torch.testing.assert_close(s1[k], s2[k], rtol=1e-5, atol=1e-7)
