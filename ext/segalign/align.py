@@ -20,10 +20,18 @@ import torch
 from torchhpc.ext.core.errors import InputError
 
 from .fasta import SequenceSet, read_fasta
-from .ops import BACKENDS, HSPs, remove_contained, ungapped_hsps
+from .ops import (
+    BACKENDS,
+    HSPs,
+    remove_contained,
+    resolve_backend,
+    ungapped_hsps,
+    ungapped_hsps_fused,
+    ungapped_hsps_lookups,
+)
 from .output import Alignment, hsps_to_alignments
 from .scoring import Scoring, hoxd70, read_scoring_file
-from .seeds import build_index, parse_seed, seed_hits
+from .seeds import build_index, expand_lookups, parse_seed, seed_lookups
 
 
 @dataclass
@@ -115,6 +123,8 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.keys.numel()),
              "hits": 0, "extended": 0, "rounds": 0}
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
+    backend = resolve_backend(cfg.backend, dev)
+    stats["backend"] = backend
     out: dict[str, HSPs] = {}
     for strand in strands:
         qset = query if strand == "+" else (query_rc or query.reverse_complement())
@@ -128,10 +138,23 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
             bar = tqdm(total=len(starts), desc=f"filter {strand}", unit="interval", leave=False)
         parts = []
         for s in starts:
-            for t_end, q_end in seed_hits(index, q_codes, s, min(s + cfg.interval, n), cfg.transition,
-                                          cfg.max_hits):
-                h, st = ungapped_hsps(t_codes, q_codes, t_end, q_end, table, cfg.xdrop, cfg.hspthresh,
-                                      cfg.entropy, cfg.backend, strand)
+            if backend == "numba" and index.offsets is not None:  # seeding and filter in one compiled pass
+                h, st = ungapped_hsps_fused(t_codes, q_codes, index, s, min(s + cfg.interval, n), cfg.transition,
+                                            cfg.max_hits, table, cfg.xdrop, cfg.hspthresh, cfg.entropy, strand)
+                for k in ("hits", "extended", "rounds"):
+                    stats[k] += st[k]
+                parts.append(h)
+                if bar is not None:
+                    bar.update(1)
+                continue
+            for lo, counts, q_end in seed_lookups(index, q_codes, s, min(s + cfg.interval, n), cfg.transition,
+                                                  cfg.max_hits):
+                if backend == "numba":  # the kernel walks the index itself: no tensor of hits
+                    h, st = ungapped_hsps_lookups(t_codes, q_codes, index.ends, lo, counts, q_end, table,
+                                                  cfg.xdrop, cfg.hspthresh, cfg.entropy, strand)
+                else:
+                    h, st = ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table,
+                                          cfg.xdrop, cfg.hspthresh, cfg.entropy, backend, strand)
                 for k in ("hits", "extended", "rounds"):
                     stats[k] += st[k]
                 parts.append(h)

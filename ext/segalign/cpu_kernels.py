@@ -31,6 +31,10 @@ except ImportError:  # pragma: no cover
     _HAVE_NUMBA = False
 
 
+DENSE_BYTES_PER_HIT = 64
+"""Above this many bytes of diagonal table per hit, the scan hashes diagonals instead."""
+
+
 def numba_available() -> bool:
     return _HAVE_NUMBA
 
@@ -65,21 +69,180 @@ if _HAVE_NUMBA:
             length[i] = ln
             scanned[i] = sc
 
+    _EMPTY = -(1 << 62)
+    _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit integer
+
     @njit(nogil=True, cache=True, parallel=True)
-    def _scan(t, q, t_end, q_end, table, xdrop, diag_min, n_diag, parts, ts, ln, sc, extended):
-        reach = np.full(n_diag, -1, dtype=np.int64)
+    def _scan(t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
+              ts, qs, ln, sc, keep, n_ext):
         for p in prange(parts):
-            for i in range(t_end.shape[0]):
-                d = t_end[i] - q_end[i] - diag_min
-                if d % parts != p or q_end[i] <= reach[d]:
-                    continue
-                lb, ll, _ = _extend(t, q, t_end[i] - 1, q_end[i] - 1, -1, table, xdrop)
-                rb, rl, rs = _extend(t, q, t_end[i], q_end[i], 1, table, xdrop)
-                ts[i] = t_end[i] - ll
-                ln[i] = ll + rl
-                sc[i] = lb + rb
-                extended[i] = True
-                reach[d] = q_end[i] + rs
+            # this thread's diagonals: d % parts == p.  Their scanned stretches live in `dense`
+            # (indexed by d - d_min, shared: the threads' diagonals are disjoint) when the batch's
+            # diagonal range is small, else in a table of this thread's own, sized to its hits.
+            hashed = dense.shape[0] == 0
+            bits = 1
+            if hashed:
+                mine = 0
+                for l in range(lo.shape[0]):
+                    for j in range(lo[l], lo[l] + cnt[l]):
+                        if (ends[j] - qend[l]) % parts == p:
+                            mine += 1
+                bits = 4
+                while (1 << bits) < 2 * mine:
+                    bits += 1
+            mask = (1 << bits) - 1
+            slots = np.full((mask + 1 if hashed else 1, 2), _EMPTY, dtype=np.int64)  # (diagonal, reach)
+            count = 0
+            for l in range(lo.shape[0]):
+                qe = qend[l]
+                for j in range(cnt[l]):
+                    te = ends[lo[l] + j]
+                    d = te - qe
+                    if d % parts != p:
+                        continue
+                    if hashed:
+                        i = ((d * _GOLDEN) >> (64 - bits)) & mask
+                        while slots[i, 0] != d and slots[i, 0] != _EMPTY:
+                            i = (i + 1) & mask
+                        if slots[i, 0] == d and qe <= slots[i, 1]:
+                            continue
+                    elif qe <= dense[d - d_min]:
+                        continue  # the word ends inside a stretch an earlier extension scanned
+                    lb, ll, _ = _extend(t, q, te - 1, qe - 1, -1, table, xdrop)
+                    rb, rl, rs = _extend(t, q, te, qe, 1, table, xdrop)
+                    if hashed:
+                        slots[i, 0] = d
+                        slots[i, 1] = qe + rs
+                    else:
+                        dense[d - d_min] = qe + rs
+                    count += 1
+                    # LASTZ's entropy factor only lowers a score, so below thresh is final
+                    if lb + rb >= thresh:
+                        g = first[l] + j
+                        ts[g] = te - ll
+                        qs[g] = qe - ll
+                        ln[g] = ll + rl
+                        sc[g] = lb + rb
+                        keep[g] = True
+            n_ext[p] = count
+
+
+    @njit(nogil=True, cache=True)
+    def _probe(hkey, d, bits):
+        mask = (1 << bits) - 1
+        i = ((d * _GOLDEN) >> (64 - bits)) & mask
+        while hkey[i] != d and hkey[i] != _EMPTY:
+            i = (i + 1) & mask
+        return i
+
+    @njit(nogil=True, cache=True, parallel=True)
+    def _seed_scan(t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
+                   max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
+        for p in prange(parts):
+            _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
+                            max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
+
+    @njit(nogil=True, cache=True)
+    def _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
+                        max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
+        if True:
+            # LASTZ's loop: query windows in order, each window's key and its transition variants
+            # looked up in the target's counting-sort table, every target occurrence a hit.
+            # This thread extends the hits on its diagonals (d % parts == p); their scanned
+            # stretches live in a flat table over the diagonal range (dense_n > 0) or a hash
+            # table that grows with the hits.  Tables are cleared where seed_lookups cuts a batch.
+            dense = np.full(dense_n, -1, dtype=np.int64)
+            bits = 12
+            hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
+            hval = np.zeros(1 << bits, dtype=np.int64)
+            used = 0
+            run = 0
+            next_mark = max_hits
+            count = 0
+            stored = 0
+            # windows go in chunks: first every candidate key of the chunk is tested against the
+            # presence table, then the offsets of the present ones are read, then their hits are
+            # extended; the first two are tight loops of independent loads the CPU overlaps.
+            chunk = 512
+            buf_k = np.empty(chunk * n_var, dtype=np.int64)
+            buf_q = np.empty(chunk * n_var, dtype=np.int64)
+            buf_a = np.empty(chunk * n_var, dtype=np.int64)
+            buf_c = np.empty(chunk * n_var, dtype=np.int64)
+            n_w = qkeys.shape[0]
+            for w0 in range(0, n_w, chunk):
+                m = 0
+                for w in range(w0, min(w0 + chunk, n_w)):
+                    key = qkeys[w]
+                    if key < 0:
+                        continue
+                    for v in range(n_var):
+                        kv = key if v == 0 else key ^ (2 << (2 * (v - 1)))
+                        buf_k[m] = kv
+                        buf_q[m] = start + w + length
+                        m += present[kv]
+                for x in range(m):
+                    buf_a[x] = offsets[buf_k[x]]
+                    buf_c[x] = offsets[buf_k[x] + 1] - buf_a[x]
+                for x in range(m):
+                    qe = buf_q[x]
+                    a = buf_a[x]
+                    c = buf_c[x]
+                    if run + c > next_mark:  # a batch boundary of seed_lookups: forget the diagonals
+                        if run > 0:
+                            if dense_n > 0:
+                                dense.fill(-1)
+                            else:
+                                bits = 12
+                                hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
+                                hval = np.zeros(1 << bits, dtype=np.int64)
+                                used = 0
+                        while next_mark < run + c:
+                            next_mark += max_hits
+                    run += c
+                    for j in range(a, a + c):
+                        te = ends[j]
+                        d = te - qe
+                        if parts > 1 and d % parts != p:
+                            continue
+                        if dense_n > 0:
+                            if qe <= dense[d - d_min]:
+                                continue  # the word ends inside a stretch an earlier extension scanned
+                        else:
+                            i = _probe(hkey, d, bits)
+                            if hkey[i] == d and qe <= hval[i]:
+                                continue
+                        lb, ll, _ = _extend(t, q, te - 1, qe - 1, -1, table, xdrop)
+                        rb, rl, rs = _extend(t, q, te, qe, 1, table, xdrop)
+                        count += 1
+                        if dense_n > 0:
+                            dense[d - d_min] = qe + rs
+                        else:
+                            if hkey[i] != d:
+                                used += 1
+                                if 2 * used > (1 << bits):  # grow: re-insert the live diagonals
+                                    old_k, old_v = hkey, hval
+                                    bits += 1
+                                    hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
+                                    hval = np.zeros(1 << bits, dtype=np.int64)
+                                    for s_ in range(old_k.shape[0]):
+                                        if old_k[s_] != _EMPTY:
+                                            k2 = _probe(hkey, old_k[s_], bits)
+                                            hkey[k2] = old_k[s_]
+                                            hval[k2] = old_v[s_]
+                                    i = _probe(hkey, d, bits)
+                            hkey[i] = d
+                            hval[i] = qe + rs
+                        # LASTZ's entropy factor only lowers a score, so below thresh is final
+                        if lb + rb >= thresh:
+                            if stored < cap:
+                                out[p, stored, 0] = te - ll
+                                out[p, stored, 1] = qe - ll
+                                out[p, stored, 2] = ll + rl
+                                out[p, stored, 3] = lb + rb
+                            stored += 1
+            n_out[p] = stored
+            n_ext[p] = count
+            n_hits[p] = run
 
 
 def _np(x: torch.Tensor, dtype) -> np.ndarray:
@@ -106,27 +269,89 @@ def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdr
     return torch.from_numpy(best), torch.from_numpy(length), torch.from_numpy(scanned)
 
 
-def ungapped_scan_numba(t_codes, q_codes, t_end, q_end, table, xdrop):
-    """Extend the hits LASTZ's diagonal table lets through: ``(t_start, q_start, length, score)``.
+def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop, hspthresh):
+    """Extend the hits LASTZ's diagonal table lets through; keep those scoring at least ``hspthresh``.
 
-    ``t_end``/``q_end`` are the exclusive word ends of one batch of hits (any order; they
-    are visited by query end, as LASTZ visits them).  Returns the raw HSPs (before the
-    entropy adjustment and the score threshold) and the number extended.
+    The hits are given as index look-ups (see :func:`.seeds.seed_lookups`): look-up ``l``
+    stands for the hits ``(ends[lo[l] + j], q_end[l])``, ``j < counts[l]``, visited in that
+    order (query ends must not decrease).  Each thread keeps its own open-addressing table
+    of diagonals, sized to its hits, so memory follows the batch, not the genome.
+
+    Returns:
+        ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` (before
+        the entropy adjustment), in hit order, and the number of hits extended.
     """
-    te, qe = _np(t_end, torch.int64), _np(q_end, torch.int64)
-    if qe.size > 1 and bool((qe[1:] < qe[:-1]).any()):
-        order = np.argsort(qe, kind="stable")
-        te, qe = te[order], qe[order]
-    H = te.size
-    diag = te - qe
-    diag_min = int(diag.min())
-    n_diag = int(diag.max()) - diag_min + 1
-    ts = np.zeros(H, np.int64)
-    ln = np.zeros(H, np.int64)
-    sc = np.zeros(H, np.int64)
-    ext = np.zeros(H, np.bool_)
-    _scan(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), te, qe, _np(table.reshape(-1), torch.int64),
-          int(xdrop), diag_min, n_diag, _threads(), ts, ln, sc, ext)
-    ts, ln, sc = ts[ext], ln[ext], sc[ext]
-    qs = ts - diag[ext]
-    return torch.from_numpy(ts), torch.from_numpy(qs), torch.from_numpy(ln), torch.from_numpy(sc), int(ext.sum())
+    lo_, cnt_, qe_ = _np(lo, torch.int64), _np(counts, torch.int64), _np(q_end, torch.int64)
+    if qe_.size > 1 and bool((qe_[1:] < qe_[:-1]).any()):
+        raise ValueError("look-ups must come in non-decreasing query order")
+    H = int(cnt_.sum())
+    first = np.zeros(cnt_.size, np.int64)
+    np.cumsum(cnt_[:-1], out=first[1:])
+    ts, qs, ln, sc = (np.zeros(H, np.int64) for _ in range(4))
+    keep = np.zeros(H, np.bool_)
+    parts = _threads()
+    n_ext = np.zeros(parts, np.int64)
+    ends_ = _np(ends, torch.int64)
+    d_min = d_max = 0
+    if H:  # index entries of one key are in target order: a look-up's first and last hits bound its diagonals
+        d_min = int((ends_[lo_] - qe_).min())
+        d_max = int((ends_[lo_ + cnt_ - 1] - qe_).max())
+    # a flat table over the batch's diagonal range while it costs at most DENSE_BYTES_PER_HIT a hit
+    n_diag = d_max - d_min + 1
+    dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
+    _scan(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
+          _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
+          ts, qs, ln, sc, keep, n_ext)
+    out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
+    return (*out, int(n_ext.sum()))
+
+
+def ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh):
+    """:func:`ungapped_scan_numba` for plain hits ``(t_end, q_end)`` in any order."""
+    order = torch.argsort(q_end, stable=True)
+    te, qe = t_end.index_select(0, order), q_end.index_select(0, order)
+    n = te.numel()
+    return ungapped_scan_numba(t_codes, q_codes, te, torch.arange(n), torch.ones(n, dtype=torch.int64), qe,
+                               table, xdrop, hspthresh)
+
+
+DENSE_MAX_BYTES = 256 << 20
+"""The fused scan keeps a flat diagonal table per thread up to this size, else hashes diagonals."""
+
+
+def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop, hspthresh):
+    """Seeding and the filter of query windows ``start .. end-1`` in one compiled pass.
+
+    Same hits, in the same order and batches, as :func:`.seeds.seed_lookups` +
+    :func:`.seeds.expand_lookups` (``index`` must have its counting-sort table), and the same
+    extensions as :func:`.ops.ungapped_hsps` on each batch, without materialising look-ups or hits.
+
+    Returns:
+        ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` and
+        counters ``{"hits", "extended"}``.
+    """
+    from .seeds import seed_keys
+
+    qkeys = _np(seed_keys(q_codes, index.pattern, start, end), torch.int64)
+    L = index.length
+    n_var = 1 + (index.weight if transition else 0)
+    n_t = int(t_codes.numel())
+    d_min = L - (end - 1 + L)
+    n_diag = n_t - start - L - d_min + 1
+    dense_n = n_diag if n_diag * 8 <= DENSE_MAX_BYTES else 0
+    parts = _threads()
+    args = (_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), qkeys, int(start), L, n_var,
+            _np(index.present, torch.bool), _np(index.offsets, torch.int64), _np(index.ends, torch.int64),
+            _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
+            int(d_min))
+    cap = 1 << 14
+    while True:
+        out = np.zeros((parts, cap, 4), np.int64)
+        n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
+        _seed_scan(*args, cap, out, n_out, n_ext, n_hits)
+        if int(n_out.max()) <= cap:
+            break
+        cap = int(n_out.max())  # rare: more HSPs than the buffer held; run again with room for all
+    raw = np.concatenate([out[p, :n_out[p]] for p in range(parts)])
+    cols = (torch.from_numpy(np.ascontiguousarray(raw[:, k])) for k in range(4))
+    return (*cols, {"hits": int(n_hits[0]), "extended": int(n_ext.sum())})

@@ -299,9 +299,9 @@ def ungapped_hsps(
     backend = resolve_backend(backend, t_codes.device)
     parts = []
     if backend == "numba":
-        from .cpu_kernels import ungapped_scan_numba
+        from .cpu_kernels import ungapped_scan_hits
 
-        *raw, n_ext = ungapped_scan_numba(t_codes, q_codes, t_end, q_end, table, xdrop)
+        *raw, n_ext = ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh)
         parts.append(tuple(raw))
         stats["extended"], stats["rounds"] = n_ext, 1
         diag = t_end[:0]
@@ -324,6 +324,39 @@ def ungapped_hsps(
         keep = (~lead) & (q_end_s > reach)
         diag, q_end_s, t_end_s = diag[keep], q_end_s[keep], t_end_s[keep]
     ts, qs, ln, sc = (torch.cat(x) for x in zip(*parts, strict=True))
+    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), stats
+
+
+def ungapped_hsps_lookups(
+    t_codes: torch.Tensor, q_codes: torch.Tensor, ends: torch.Tensor, lo: torch.Tensor, counts: torch.Tensor,
+    q_end: torch.Tensor, table: torch.Tensor, xdrop: int = 910, hspthresh: int = 3000, entropy: bool = True,
+    strand: str = "+",
+) -> tuple[HSPs, dict]:
+    """:func:`ungapped_hsps` for one batch of index look-ups (:func:`.seeds.seed_lookups`), on the numba
+    CPU kernel, which walks each look-up's index entries itself instead of a tensor of expanded hits.
+    Same HSPs and counters as ``ungapped_hsps(*expand_lookups(...), backend=...)``."""
+    from .cpu_kernels import ungapped_scan_numba
+
+    ts, qs, ln, sc, n_ext = ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop, hspthresh)
+    stats = {"hits": int(counts.sum()), "extended": n_ext, "rounds": 1}
+    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), stats
+
+
+def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, start: int, end: int,
+                        transition: bool, max_hits: int, table: torch.Tensor, xdrop: int = 910,
+                        hspthresh: int = 3000, entropy: bool = True, strand: str = "+") -> tuple[HSPs, dict]:
+    """Seeding and the filter of one query interval in the numba kernel (see
+    :func:`.cpu_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters."""
+    from .cpu_kernels import seed_scan_numba
+
+    ts, qs, ln, sc, st = seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop,
+                                         hspthresh)
+    st["rounds"] = 1
+    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), st
+
+
+def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSPs:
+    """Entropy adjustment, the score threshold and removal of contained HSPs."""
     if entropy:
         adj = (sc >= hspthresh) & (sc <= 3 * hspthresh)
         if bool(adj.any()):
@@ -331,5 +364,4 @@ def ungapped_hsps(
             sc = sc.clone()
             sc[adj] = torch.floor(sc[adj].to(torch.float64) * q).to(torch.int64)
     keep = sc >= hspthresh
-    h = HSPs(ts[keep], qs[keep], ln[keep], sc[keep], strand)
-    return remove_contained(h), stats
+    return remove_contained(HSPs(ts[keep], qs[keep], ln[keep], sc[keep], strand))

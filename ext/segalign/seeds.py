@@ -154,20 +154,20 @@ def transition_variants(keys: torch.Tensor, weight: int, transition: bool) -> to
     return torch.where(keys[:, None] >= 0, var, torch.full_like(var, -1))
 
 
-def seed_hits(
+def seed_lookups(
     index: SeedIndex,
     query_codes: torch.Tensor,
     start: int,
     end: int,
     transition: bool = True,
     max_hits: int = 1 << 22,
-) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Seed hits of query windows ``start .. end-1`` in batches of at most ``max_hits``.
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The successful index look-ups of query windows ``start .. end-1``, in batches of at most
+    ``max_hits`` hits (a look-up stands for ``count`` hits: the index entries ``lo .. lo+count-1``).
 
     Yields:
-        ``(t_end, q_end)`` int64 tensors of one batch: exclusive ends of the matching words
-        in the target and query code arrays, batches in increasing query order.  A single
-        query window with more than ``max_hits`` hits forms a batch of its own.
+        ``(lo, count, q_end)`` int64 tensors of one batch, look-ups in increasing query order
+        (for one query window: the exact key first, then its transition variants).
     """
     if max_hits < 1:
         raise InputError(f"max_hits must be >= 1, got {max_hits}")
@@ -201,10 +201,33 @@ def seed_hits(
         cuts = torch.searchsorted(csum, marks, right=True)
         bounds = [0, *sorted(set(cuts.tolist()) - {0}), counts.numel()]
     for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
-        if b1 <= b0:
-            continue
-        c = counts[b0:b1]
-        rep = torch.repeat_interleave(torch.arange(b1 - b0, device=c.device), c)
-        # position of each hit in the index: its look-up's first slot plus its rank within the look-up
-        slot = torch.arange(rep.numel(), device=c.device) + (lo[b0:b1] - (torch.cumsum(c, 0) - c)).index_select(0, rep)
-        yield index.ends.index_select(0, slot), qend[b0:b1].index_select(0, rep)
+        if b1 > b0:
+            yield lo[b0:b1], counts[b0:b1], qend[b0:b1]
+
+
+def expand_lookups(index: SeedIndex, lo: torch.Tensor, counts: torch.Tensor,
+                   qend: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch of look-ups -> its hits ``(t_end, q_end)``, in look-up order."""
+    rep = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
+    # position of each hit in the index: its look-up's first slot plus its rank within the look-up
+    slot = torch.arange(rep.numel(), device=counts.device) + (lo - (torch.cumsum(counts, 0) - counts)).index_select(0, rep)
+    return index.ends.index_select(0, slot), qend.index_select(0, rep)
+
+
+def seed_hits(
+    index: SeedIndex,
+    query_codes: torch.Tensor,
+    start: int,
+    end: int,
+    transition: bool = True,
+    max_hits: int = 1 << 22,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Seed hits of query windows ``start .. end-1`` in batches of at most ``max_hits``.
+
+    Yields:
+        ``(t_end, q_end)`` int64 tensors of one batch: exclusive ends of the matching words
+        in the target and query code arrays, batches in increasing query order.  A single
+        query window with more than ``max_hits`` hits forms a batch of its own.
+    """
+    for lo, counts, qend in seed_lookups(index, query_codes, start, end, transition, max_hits):
+        yield expand_lookups(index, lo, counts, qend)

@@ -65,3 +65,49 @@ def test_find_hsps_backends_agree_on_a_real_pair(shared_data):
     for s in a:
         for f in ("t_start", "q_start", "length", "score"):
             assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dense_bytes", [None, 0])
+@pytest.mark.parametrize("max_hits", [1 << 22, 50])
+def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, dense_bytes, max_hits):
+    """The one-pass numba seeding + filter gives the torch path's HSPs and counters on a real pair: with
+    a flat or a hashed diagonal table, one thread or two, and with many small max_hits batches."""
+    from torchhpc.ext.segalign import cpu_kernels
+
+    if dense_bytes is not None:
+        monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", dense_bytes)
+    g = shared_data / "genomes"
+    t, q = read_fasta(g / "humanMito.fa"), read_fasta(g / "chickenMito.fa")
+    cfg = dict(gapped=False, max_hits=max_hits, interval=5000, hspthresh=2000)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        a, sa = find_hsps(t, q, AlignConfig(backend="torch", **cfg))
+        b, sb = find_hsps(t, q, AlignConfig(backend="numba", **cfg))
+    finally:
+        torch.set_num_threads(old)
+    assert sb["backend"] == "numba" and sa["hits"] == sb["hits"] > 1000
+    assert sa["extended"] == sb["extended"]
+    assert sum(len(v) for v in a.values()) > 10
+    for s in a:
+        for f in ("t_start", "q_start", "length", "score"):
+            assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
+
+
+def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
+    """A 100 kbp simulated pair with the hashed diagonal table (thousands of diagonals per thread, so
+    the table grows several times): exactly the torch path's HSPs."""
+    from torchhpc.ext.segalign import cpu_kernels
+    from torchhpc.ext.segalign.fasta import from_strings
+    from torchhpc.ext.segalign.simulate import simulate_pair
+
+    monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", 0)
+    sim = simulate_pair(100_000, seed=3)
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+    a, sa = find_hsps(t, q, AlignConfig(gapped=False, backend="torch"))
+    b, sb = find_hsps(t, q, AlignConfig(gapped=False, backend="numba"))
+    assert sa["extended"] == sb["extended"] > 10_000
+    for s in a:
+        for f in ("t_start", "q_start", "length", "score"):
+            assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
