@@ -125,44 +125,58 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
     backend = resolve_backend(cfg.backend, dev)
     stats["backend"] = backend
-    out: dict[str, HSPs] = {}
+    qcodes = {}
     for strand in strands:
         qset = query if strand == "+" else (query_rc or query.reverse_complement())
-        q_codes = qset.codes.to(dev)
-        n = q_codes.numel()
-        starts = list(range(0, n, cfg.interval))
-        bar = None
-        if cfg.progress:
-            from tqdm import tqdm
+        qcodes[strand] = qset.codes.to(dev)
+    # the unit of work: one query interval of one strand (its diagonal bookkeeping is its own)
+    tasks = [(strand, s, min(s + cfg.interval, qcodes[strand].numel()))
+             for strand in strands for s in range(0, qcodes[strand].numel(), cfg.interval)]
+    fused = backend == "numba" and index.offsets is not None  # seeding and filter in one compiled pass
+    # with several CPU threads the compiled pass runs whole intervals side by side (exact: intervals
+    # are independent); otherwise one interval at a time, its diagonals split over the threads
+    workers = min(torch.get_num_threads(), len(tasks)) if fused else 1
+    bar = None
+    if cfg.progress:
+        from tqdm import tqdm
 
-            bar = tqdm(total=len(starts), desc=f"filter {strand}", unit="interval", leave=False)
-        parts = []
-        for s in starts:
-            if backend == "numba" and index.offsets is not None:  # seeding and filter in one compiled pass
-                h, st = ungapped_hsps_fused(t_codes, q_codes, index, s, min(s + cfg.interval, n), cfg.transition,
-                                            cfg.max_hits, table, cfg.xdrop, cfg.hspthresh, cfg.entropy, strand)
-                for k in ("hits", "extended", "rounds"):
-                    stats[k] += st[k]
-                parts.append(h)
-                if bar is not None:
-                    bar.update(1)
-                continue
-            for lo, counts, q_end in seed_lookups(index, q_codes, s, min(s + cfg.interval, n), cfg.transition,
-                                                  cfg.max_hits):
+        bar = tqdm(total=len(tasks), desc="filter", unit="interval", leave=False)
+
+    def run(task):
+        strand, s, e = task
+        q_codes = qcodes[strand]
+        if fused:
+            res = [ungapped_hsps_fused(t_codes, q_codes, index, s, e, cfg.transition, cfg.max_hits, table, cfg.xdrop,
+                                       cfg.hspthresh, cfg.entropy, strand, threads=1 if workers > 1 else None)]
+        else:
+            res = []
+            for lo, counts, q_end in seed_lookups(index, q_codes, s, e, cfg.transition, cfg.max_hits):
                 if backend == "numba":  # the kernel walks the index itself: no tensor of hits
-                    h, st = ungapped_hsps_lookups(t_codes, q_codes, index.ends, lo, counts, q_end, table,
-                                                  cfg.xdrop, cfg.hspthresh, cfg.entropy, strand)
+                    res.append(ungapped_hsps_lookups(t_codes, q_codes, index.ends, lo, counts, q_end, table,
+                                                     cfg.xdrop, cfg.hspthresh, cfg.entropy, strand))
                 else:
-                    h, st = ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table,
-                                          cfg.xdrop, cfg.hspthresh, cfg.entropy, backend, strand)
-                for k in ("hits", "extended", "rounds"):
-                    stats[k] += st[k]
-                parts.append(h)
-            if bar is not None:
-                bar.update(1)
+                    res.append(ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table,
+                                             cfg.xdrop, cfg.hspthresh, cfg.entropy, backend, strand))
         if bar is not None:
-            bar.close()
-        out[strand] = remove_contained(HSPs.cat(parts, strand)).to("cpu")
+            bar.update(1)
+        return res
+
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(run, tasks))
+    else:
+        results = [run(task) for task in tasks]
+    if bar is not None:
+        bar.close()
+    parts: dict[str, list[HSPs]] = {strand: [] for strand in strands}
+    for (strand, _, _), res in zip(tasks, results, strict=True):
+        for h, st in res:
+            for k in ("hits", "extended", "rounds"):
+                stats[k] += st[k]
+            parts[strand].append(h)
+    out = {strand: remove_contained(HSPs.cat(parts[strand], strand)).to("cpu") for strand in strands}
     stats["filter_seconds"] = time.perf_counter() - t0
     stats["hsps"] = {k: len(v) for k, v in out.items()}
     return out, stats

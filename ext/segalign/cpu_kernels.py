@@ -143,6 +143,13 @@ if _HAVE_NUMBA:
                             max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
 
     @njit(nogil=True, cache=True)
+    def _seed_scan_serial(t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
+                          max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
+        # one thread, no parallel region: safe to call from several Python threads at once
+        _seed_scan_part(0, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
+                        max_hits, 1, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
+
+    @njit(nogil=True, cache=True)
     def _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                         max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
         if True:
@@ -319,12 +326,17 @@ DENSE_MAX_BYTES = 256 << 20
 """The fused scan keeps a flat diagonal table per thread up to this size, else hashes diagonals."""
 
 
-def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop, hspthresh):
+def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop, hspthresh,
+                    threads: int | None = None):
     """Seeding and the filter of query windows ``start .. end-1`` in one compiled pass.
 
     Same hits, in the same order and batches, as :func:`.seeds.seed_lookups` +
     :func:`.seeds.expand_lookups` (``index`` must have its counting-sort table), and the same
     extensions as :func:`.ops.ungapped_hsps` on each batch, without materialising look-ups or hits.
+
+    ``threads=1`` runs it without a parallel region, so that several calls (strands, query
+    intervals) can run at once from Python threads; by default the call's diagonals are split
+    over torch's thread count.
 
     Returns:
         ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` and
@@ -339,7 +351,8 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     d_min = L - (end - 1 + L)
     n_diag = n_t - start - L - d_min + 1
     dense_n = n_diag if n_diag * 8 <= DENSE_MAX_BYTES else 0
-    parts = _threads()
+    parts = 1 if threads == 1 else _threads()
+    kernel = _seed_scan_serial if parts == 1 else _seed_scan
     args = (_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), qkeys, int(start), L, n_var,
             _np(index.present, torch.bool), _np(index.offsets, torch.int64), _np(index.ends, torch.int64),
             _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
@@ -348,7 +361,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     while True:
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
-        _seed_scan(*args, cap, out, n_out, n_ext, n_hits)
+        kernel(*args, cap, out, n_out, n_ext, n_hits)
         if int(n_out.max()) <= cap:
             break
         cap = int(n_out.max())  # rare: more HSPs than the buffer held; run again with room for all

@@ -344,13 +344,14 @@ def ungapped_hsps_lookups(
 
 def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, start: int, end: int,
                         transition: bool, max_hits: int, table: torch.Tensor, xdrop: int = 910,
-                        hspthresh: int = 3000, entropy: bool = True, strand: str = "+") -> tuple[HSPs, dict]:
+                        hspthresh: int = 3000, entropy: bool = True, strand: str = "+",
+                        threads: int | None = None) -> tuple[HSPs, dict]:
     """Seeding and the filter of one query interval in the numba kernel (see
     :func:`.cpu_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters."""
     from .cpu_kernels import seed_scan_numba
 
     ts, qs, ln, sc, st = seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop,
-                                         hspthresh)
+                                         hspthresh, threads)
     st["rounds"] = 1
     return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), st
 
