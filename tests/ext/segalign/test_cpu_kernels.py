@@ -67,19 +67,21 @@ def test_find_hsps_backends_agree_on_a_real_pair(shared_data):
             assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("threads,interval,strand", [(1, 5000, "both"), (2, 5000, "both"), (2, 1 << 20, "plus")])
 @pytest.mark.parametrize("dense_bytes", [None, 0])
 @pytest.mark.parametrize("max_hits", [1 << 22, 50])
-def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, dense_bytes, max_hits):
+def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, interval, strand, dense_bytes,
+                                           max_hits):
     """The one-pass numba seeding + filter gives the torch path's HSPs and counters on a real pair: with
-    a flat or a hashed diagonal table, one thread or two, and with many small max_hits batches."""
+    a flat or a hashed diagonal table, with many small max_hits batches, on one thread, with two threads
+    running intervals side by side, and with two threads splitting the diagonals of a single interval."""
     from torchhpc.ext.segalign import cpu_kernels
 
     if dense_bytes is not None:
         monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", dense_bytes)
     g = shared_data / "genomes"
     t, q = read_fasta(g / "humanMito.fa"), read_fasta(g / "chickenMito.fa")
-    cfg = dict(gapped=False, max_hits=max_hits, interval=5000, hspthresh=2000)
+    cfg = dict(gapped=False, max_hits=max_hits, interval=interval, hspthresh=2000, strand=strand)
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
