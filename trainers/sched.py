@@ -56,6 +56,11 @@ class EnvOptions:
     time_scale: str = option("linear", help="time features: linear (the paper) | log (log1p-scaled)",
                              choices=["linear", "log"])
     job_slice: int = option(0, help="train on the first N jobs only (0 = all)", ge=0)
+    reward: str = option("raw", help="raw: -metric (the paper) | log_ratio: -log(metric / the reference "
+                         "heuristic's metric on the same sequence), a per-sequence baseline (not in the paper)",
+                         choices=["raw", "log_ratio"])
+    reward_reference: str = option("f1", help="heuristic whose metric on the same sequence is the baseline of "
+                                   "reward log_ratio")
     filter_heuristic: str | None = option(None, help="trajectory filtering: reference heuristic (e.g. sjf)")
     filter_low: float = option(10.0, help="keep sequences whose reference bsld is above this")
     filter_high: float = option(150.0, help="... and below this")
@@ -114,7 +119,7 @@ class SchedConfig:
     def __post_init__(self) -> None:
         from torchhpc.ext.sched.heuristics import HEURISTICS
 
-        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate) if h]
+        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate, self.env.reward_reference) if h]
         for h in [*self.eval.heuristics, *extra]:
             if h not in HEURISTICS:
                 raise ConfigError(f"unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
@@ -141,7 +146,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
     from torchhpc.envs.sched import BatchSchedulingEnv
     from torchhpc.ext.core.distributed import distributed
     from torchhpc.ext.core.runs import Run
-    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, summarise
+    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, log_ratio_reward, summarise
     from torchhpc.ext.sched.heuristics import make_key
     from torchhpc.ext.sched.modules import SchedulingAgent
     from torchhpc.ext.sched.simulator import ClusterSimulator
@@ -214,6 +219,15 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     dist.all_reduce(p.grad)
                     p.grad /= world
 
+        def relative_reward(reward: float, metrics: dict, start: int) -> float:
+            """``raw``: the env's reward; ``log_ratio``: log of how much better than the reference
+            heuristic on the same jobs (positive = better), so every sequence's return has one scale."""
+            if cfg.env.reward == "raw":
+                return reward
+            baseline_sim.reset(start, cfg.env.sequence_length)
+            ref = baseline_sim.run_policy(make_key(cfg.env.reward_reference, baseline_sim)).get(cfg.env.metric)
+            return log_ratio_reward(cfg.env.metric, metrics[cfg.env.metric], ref)
+
         def global_mean(x: float, n: int = 1) -> float:
             if not ctx.initialized:
                 return x
@@ -241,10 +255,12 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             visible: list[list[int]] = [[] for _ in envs]
             started = 0
             active = []
+            cur_start = [0] * n_envs
             for i, env in enumerate(envs):
                 if started < per_rank:
                     _, info = env.reset()
                     ep_starts.append(info["start"])
+                    cur_start[i] = info["start"]
                     started += 1
                     visible[i] = env.observer.observe(env.sim, queue[i], mask[i])
                     env._visible = visible[i]
@@ -270,7 +286,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                         # GAE over the finished trajectory: reward only at the end
                         v = np.asarray(tr["v"] + [0.0], dtype=np.float64)
                         r = np.zeros(len(tr["v"]), dtype=np.float64)
-                        r[-1] = reward
+                        r[-1] = relative_reward(reward, info["metrics"], cur_start[i])
                         delta = r + P.gamma * v[1:] - v[:-1]
                         adv = np.zeros_like(delta)
                         ret = np.zeros_like(delta)
@@ -290,6 +306,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                         if started < per_rank:
                             _, rinfo = env.reset()
                             ep_starts.append(rinfo["start"])
+                            cur_start[i] = rinfo["start"]
                             started += 1
                         else:
                             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -16,6 +17,17 @@ from .swf import SchedTrace
 
 #: the sequence starts of the RLScheduler authors' seed-1 test protocol (PUBLISHED.md)
 PUBLISHED_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
+
+
+def log_ratio_reward(metric: str, ours: float, reference: float) -> float:
+    """A sequence's reward relative to a reference schedule of the same jobs: ``log(ref / ours)`` for
+    metrics to minimise (bsld, wait, ...), ``log(ours / ref)`` for utilisation; 0 = as good, > 0 = better.
+
+    Unlike ``-metric`` its scale does not depend on how hard the sequence is, which is what a value
+    function that cannot see the future jobs would otherwise have to guess.
+    """
+    ratio = math.log(max(ours, 1e-9) / max(reference, 1e-9))
+    return ratio if metric.startswith("util") else -ratio
 
 
 def draw_starts(trace: SchedTrace, sequences: int, length: int, seed: int) -> list[int]:

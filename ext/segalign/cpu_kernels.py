@@ -262,6 +262,18 @@ def _threads() -> int:
     return n
 
 
+class _keep_torch_threads:
+    """numba's OpenMP threading layer shares libgomp with torch and leaves its own thread count
+    behind after a parallel launch; put torch's setting back."""
+
+    def __enter__(self):
+        self.n = torch.get_num_threads()
+
+    def __exit__(self, *exc):
+        if torch.get_num_threads() != self.n:
+            torch.set_num_threads(self.n)
+
+
 def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdrop):
     """Same contract and results as :func:`.ops.xdrop_extend_torch` (CPU tensors)."""
     H = t_first.numel()
@@ -270,9 +282,10 @@ def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdr
     scanned = np.zeros(H, np.int64)
     if H:
         _threads()
-        _extend_many(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), _np(t_first, torch.int64),
-                     _np(q_first, torch.int64), int(direction), _np(table.reshape(-1), torch.int64), int(xdrop),
-                     best, length, scanned)
+        with _keep_torch_threads():
+            _extend_many(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), _np(t_first, torch.int64),
+                         _np(q_first, torch.int64), int(direction), _np(table.reshape(-1), torch.int64),
+                         int(xdrop), best, length, scanned)
     return torch.from_numpy(best), torch.from_numpy(length), torch.from_numpy(scanned)
 
 
@@ -306,9 +319,10 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     # a flat table over the batch's diagonal range while it costs at most DENSE_BYTES_PER_HIT a hit
     n_diag = d_max - d_min + 1
     dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
-    _scan(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
-          _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
-          ts, qs, ln, sc, keep, n_ext)
+    with _keep_torch_threads():
+        _scan(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
+              _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
+              ts, qs, ln, sc, keep, n_ext)
     out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
     return (*out, int(n_ext.sum()))
 
@@ -361,7 +375,8 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     while True:
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
-        kernel(*args, cap, out, n_out, n_ext, n_hits)
+        with _keep_torch_threads():
+            kernel(*args, cap, out, n_out, n_ext, n_hits)
         if int(n_out.max()) <= cap:
             break
         cap = int(n_out.max())  # rare: more HSPs than the buffer held; run again with room for all

@@ -63,6 +63,18 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert list(run.glob("eval_*.png"))
 
 
+def test_train_with_the_relative_reward(cli, tmp_path):
+    """env.reward=log_ratio trains (one epoch); an unknown reference heuristic is a one-line error."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=rel",
+              "--set", "run.progress=false", "--set", "ppo.epochs=1", "--set", "env.reward=log_ratio"]
+    res = cli("sched", "train", *common)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "sched" / "rel" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["train_bsld"] >= 1.0
+    res = cli("sched", "train", *common, "--set", "env.reward_reference=nope")
+    assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
+
+
 def test_unknown_config_key_is_one_line(cli, tmp_path):
     """A typo in a sched config key fails before training, naming the key."""
     res = cli("sched", "train", "--config", DEBUG, "--set", "ppo.epoch=3")

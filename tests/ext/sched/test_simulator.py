@@ -112,3 +112,14 @@ def test_bad_calls():
     sim.reset(0, 2)
     with pytest.raises(InputError, match="not waiting"):
         sim.schedule(1)
+
+
+def test_log_ratio_reward_is_scale_free_and_signed():
+    """0 when as good as the reference, the same value for the same relative gain at any scale, and
+    utilisation (to maximise) gets the opposite sign."""
+    from torchhpc.ext.sched.evaluate import log_ratio_reward
+
+    assert log_ratio_reward("bsld", 50.0, 50.0) == 0.0
+    assert log_ratio_reward("bsld", 40.0, 50.0) == pytest.approx(log_ratio_reward("bsld", 400.0, 500.0))
+    assert log_ratio_reward("bsld", 40.0, 50.0) > 0 > log_ratio_reward("bsld", 60.0, 50.0)
+    assert log_ratio_reward("util", 0.9, 0.8) > 0 > log_ratio_reward("util", 0.7, 0.8)

@@ -113,3 +113,16 @@ def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
     for s in a:
         for f in ("t_start", "q_start", "length", "score"):
             assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
+
+
+def test_torch_thread_count_survives_the_kernels():
+    """numba's OpenMP layer shares libgomp with torch; a filter call leaves torch's thread count as it was."""
+    t, q, g = _pair(2000, 5)
+    te = torch.randint(20, 1990, (500,), generator=g)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ungapped_hsps(t, q, te, te.clone(), hoxd70().table(910), 910, 800, backend="numba")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(old)
