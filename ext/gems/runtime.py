@@ -347,12 +347,13 @@ class PipelineEngine:
             c = self.copies[k]
             e, kind, m = queues[k].popleft()
             xs, ys = slice_of(k, e)
-            t0 = time.perf_counter()
+            # an event spans the compute only: the wait for its input (take) comes before t0
             if kind == FORWARD:
                 if c.first:
                     x, xs[m] = xs[m], None  # the stash holds it from here on
                 else:
                     x = take((k, e, FORWARD, m)).requires_grad_(True)
+                t0 = time.perf_counter()
                 y = ys[m] if c.last else None
                 meter = SavedTensorMeter(c.module.parameters())
                 if c.checkpoint:
@@ -372,13 +373,15 @@ class PipelineEngine:
                 stash[(k, e, m)] = (x, out, kept)
                 self._note_memory(kept)
             else:
+                grad_out = None if c.last else take((k, e, BACKWARD, m))
+                t0 = time.perf_counter()
                 x, out, kept = stash.pop((k, e, m))
                 if c.checkpoint:
                     out = forward(c, x, ys[m] if c.last else None)
                 if c.last:
                     out.backward()
                 else:
-                    out.backward(take((k, e, BACKWARD, m)))
+                    out.backward(grad_out)
                 if not c.first:
                     sends.append(dist.isend(x.grad, c.prev_rank, tag=_tag(e, k, BACKWARD, m, K, M)))
                 self._note_memory(-kept)
