@@ -151,6 +151,7 @@ def run_deepspeed(a, M, rank, world):
     from torchhpc.ext.gems.data import SyntheticImages
 
     base = _reset_peak()
+    deepspeed.init_distributed(dist_backend="gloo")  # adopts the worker's process group
     blocks = _blocks(a)
     layers = [nn.Sequential(*blocks[lo:hi]) for lo, hi in a["bounds"]]  # one layer per stage: the same split
     model = PipelineModule(layers=layers, num_stages=world, loss_fn=lambda out, y: F.cross_entropy(out, y),
