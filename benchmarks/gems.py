@@ -198,6 +198,42 @@ def measure_link(nbytes: int, rank: int, iters: int = 20) -> dict:
     return {"latency_s": latency, "bandwidth_Bps": big / max(one_way["big"] - latency, one_way["big"] / 2)}
 
 
+def measure_corun(a: dict, rank: int, iters: int = 6) -> dict:
+    """How much a stage's forward + backward slows while the other rank computes its own stage at the
+    same time: each rank alone (the other waits at a barrier), then both at once; medians of ``iters``."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+
+    blocks = _blocks(a)
+    lo, hi = a["bounds"][rank]
+    with torch.no_grad():  # this stage's input: the earlier blocks applied to an image
+        x = torch.randn(a["mb"], 3, a["image"], a["image"])
+        for b in blocks[:lo]:
+            x = b(x)
+    mod = nn.Sequential(*blocks[lo:hi])
+    last = hi == len(blocks)
+    y = torch.zeros(a["mb"], dtype=torch.long)
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        out = mod(x)
+        (F.cross_entropy(out, y) if last else out.sum()).backward()
+        return time.perf_counter() - t0
+
+    once()
+    solo = []
+    for turn in range(dist.get_world_size()):
+        dist.barrier()
+        if turn == rank:
+            solo = [once() for _ in range(iters)]
+        dist.barrier()
+    dist.barrier()
+    both = [once() for _ in range(iters)]
+    dist.barrier()
+    return {"solo_s": statistics.median(solo), "corun_s": statistics.median(both)}
+
+
 def worker(a: dict) -> None:
     import torch.distributed as dist
 
@@ -209,6 +245,7 @@ def worker(a: dict) -> None:
         res = {"rank": rank, "methods": {}}
         if a.get("link_bytes"):
             res["link"] = measure_link(a["link_bytes"], rank)
+            res["corun"] = measure_corun(a, rank)
         # one unrecorded pass first, so one-time set-up (thread pools, gloo buffers) is nobody's memory
         for i, method in enumerate([a["methods"][0], *a["methods"]]):
             name, M = method.rsplit("@", 1)
@@ -331,6 +368,9 @@ def main() -> None:
               f"(1-min load average {loads[-1][0]:.2f} before, {loads[-1][1]:.2f} after)", flush=True)
 
     link = runs[0][0]["link"]
+    # measured machine property: compute slowdown of a rank while the other computes too (1 = none)
+    corun = [r.get("corun") for r in runs[0]]
+    slowdown = (statistics.mean(c["corun_s"] / c["solo_s"] for c in corun) if all(corun) else 1.0)
     rows = []
     for method in methods:
         name, M = method.rsplit("@", 1)
@@ -358,6 +398,10 @@ def main() -> None:
             row["sim_samples_per_s"] = sim.samples_per_s
             row["sim_error"] = sim.samples_per_s / row["samples_per_s"] - 1
             row["sim_model_mib_per_rank"] = [b / 2**20 for b in sim.peak_bytes]
+            sim_c = simulate(infos, name, M, eta=args.eta if name == "master" else 1, micro_batch=args.micro_batch,
+                             bandwidth=link["bandwidth_Bps"], latency=link["latency_s"], corun_slowdown=slowdown)
+            row["sim_corun_samples_per_s"] = sim_c.samples_per_s
+            row["sim_corun_error"] = sim_c.samples_per_s / row["samples_per_s"] - 1
             # the same model fed by the stage times this run measured (median over all its actions)
             own = []
             for info in infos:
@@ -377,32 +421,37 @@ def main() -> None:
         row["vs_gems_gpipe"] = row["samples_per_s"] / ref[0]["samples_per_s"] if ref else None
     result = {"model": f"resnet_v2-{args.depth} width {args.width}", "image": args.image,
               "micro_batch": args.micro_batch, "stages": P, "bounds": bounds, "repeats": args.repeats,
-              "steps": args.steps, "link": link, "load_average_before_after": loads, "cpus": os.cpu_count(),
+              "steps": args.steps, "link": link, "corun": corun, "corun_slowdown": slowdown,
+              "load_average_before_after": loads, "cpus": os.cpu_count(),
               "deepspeed_skipped": ds_reason, "rows": rows,
               "stage_profile": [i.__dict__ for i in infos]}
     (out / "results.json").write_text(json.dumps(result, indent=2))
 
-    print(f"\nlink (gloo loopback ping-pong): {link['bandwidth_Bps'] / 1e9:.2f} GB/s, {link['latency_s'] * 1e6:.0f} us")
+    print(f"\nlink (gloo loopback ping-pong): {link['bandwidth_Bps'] / 1e9:.2f} GB/s, {link['latency_s'] * 1e6:.0f} us; "
+          f"co-run slowdown (a stage's compute while the other rank computes too): {slowdown:.2f}")
     hdr = ("| method | M | global batch | samples/s (median; min–max) | × gems GPipe, same M | CPU ms/sample (both ranks) | peak RSS rise MiB r0 / r1 "
-           "| tracked model MiB r0 / r1 | simulator samples/s (error) | simulator fed this run's stage times (error) | simulator MiB r0 / r1 |")
+           "| tracked model MiB r0 / r1 | simulator samples/s (error) | simulator + co-run slowdown (error) "
+           "| simulator fed this run's stage times (error) | simulator MiB r0 / r1 |")
     print(hdr)
-    print("|" + "---|" * 11)
+    print("|" + "---|" * 12)
     for r in rows:
         label = {"gpipe": "gems GPipe (baseline)", "mast": "gems MAST", "master": f"gems MASTER (η={args.eta})",
                  "torch-gpipe": "torch ScheduleGPipe", "torch-1f1b": "torch Schedule1F1B",
                  "deepspeed": "DeepSpeed PipelineModule"}[r["method"]]
         if "error" in r:
-            print(f"| {label} | {r['micro_batches']} | {r['global_batch']} | refused: {r['error']} |" + " — |" * 7)
+            print(f"| {label} | {r['micro_batches']} | {r['global_batch']} | refused: {r['error']} |" + " — |" * 8)
             continue
         sim = (f"{r['sim_samples_per_s']:.2f} ({r['sim_error'] * 100:+.0f} %)" if "sim_samples_per_s" in r else "—")
         model = (" / ".join(f"{v:.1f}" for v in r["model_mib_per_rank"]) if "model_mib_per_rank" in r else "—")
+        simc = (f"{r['sim_corun_samples_per_s']:.2f} ({r['sim_corun_error'] * 100:+.0f} %)"
+                if "sim_corun_samples_per_s" in r else "—")
         own = (f"{r['sim_own_samples_per_s']:.2f} ({r['sim_own_error'] * 100:+.0f} %)"
                if "sim_own_samples_per_s" in r else "—")
         smem = (" / ".join(f"{v:.1f}" for v in r["sim_model_mib_per_rank"]) if "sim_model_mib_per_rank" in r else "—")
         ratio = "—" if r["vs_gems_gpipe"] is None else f"{r['vs_gems_gpipe']:.2f}"
         print(f"| {label} | {r['micro_batches']} | {r['global_batch']} | {r['samples_per_s']:.2f} "
               f"({r['samples_per_s_min']:.2f}–{r['samples_per_s_max']:.2f}) | {ratio} | {r['cpu_ms_per_sample']:.0f} | "
-              f"{' / '.join(f'{v:.1f}' for v in r['rss_rise_mib_per_rank'])} | {model} | {sim} | {own} | {smem} |")
+              f"{' / '.join(f'{v:.1f}' for v in r['rss_rise_mib_per_rank'])} | {model} | {sim} | {simc} | {own} | {smem} |")
     _plot(rows, out / "throughput.png", result["model"], args.image)
 
 

@@ -69,17 +69,72 @@ class SimResult:
 def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, eta: int = 1, groups: int = 1,
              micro_batch: int = 1, bandwidth: float = 1e10, latency: float = 2e-5,
              allreduce_bandwidth: float | None = None, optimizer_states: int = 1,
-             checkpoint_stages: Sequence[int] = (), keep_events: bool = False) -> SimResult:
+             checkpoint_stages: Sequence[int] = (), keep_events: bool = False,
+             corun_slowdown: float = 1.0) -> SimResult:
     """Simulate one update (see the module docstring).
 
     Args:
         stages: per-stage measurements for one micro-batch of ``micro_batch`` samples.
         schedule: ``gpipe``, ``mast`` or ``master``.
         bandwidth, allreduce_bandwidth: bytes per second; latency: seconds per message.
+        corun_slowdown: measured factor by which a stage's compute slows while every other rank
+            of the group computes at the same time (ranks sharing cores or memory bandwidth; 1 =
+            independent devices). An action overlapped on average by ``b`` of the other ``P - 1``
+            ranks' actions takes ``1 + (corun_slowdown - 1) * b / (P - 1)`` times its measured
+            time; the overlaps come from the previous simulation, repeated to a fixed point.
 
     Raises:
         ConfigError: an unknown schedule; InputError: no stages, or a non-positive size.
     """
+    kw = dict(eta=eta, groups=groups, micro_batch=micro_batch, bandwidth=bandwidth, latency=latency,
+              allreduce_bandwidth=allreduce_bandwidth, optimizer_states=optimizer_states,
+              checkpoint_stages=checkpoint_stages)
+    if corun_slowdown <= 0:
+        raise InputError("simulate: corun_slowdown must be > 0")
+    if corun_slowdown == 1.0 or len(stages) < 2:
+        return _simulate_once(stages, schedule, micro_batches, keep_events=keep_events, scale=None, **kw)
+    res = _simulate_once(stages, schedule, micro_batches, keep_events=True, scale=None, **kw)
+    for _ in range(6):
+        scale = _corun_scale(res.events, len(stages), corun_slowdown)
+        new = _simulate_once(stages, schedule, micro_batches, keep_events=True, scale=scale, **kw)
+        done = abs(new.step_s - res.step_s) <= 1e-4 * res.step_s
+        res = new
+        if done:
+            break
+    if not keep_events:
+        res.events = []
+    return res
+
+
+def _corun_scale(events, P: int, slowdown: float) -> dict:
+    """Per action: ``1 + (slowdown - 1) x`` (time-averaged number of other ranks busy) ``/ (P - 1)``."""
+    import bisect
+
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    for r, _, _, _, _, t0, t1 in events:
+        by_rank.setdefault(r, []).append((t0, t1))
+    starts = {}
+    for r in by_rank:
+        by_rank[r].sort()
+        starts[r] = [a for a, _ in by_rank[r]]
+    scale = {}
+    for r, k, kind, e, m, t0, t1 in events:
+        if t1 <= t0:
+            continue
+        covered = 0.0
+        for r2, iv in by_rank.items():
+            if r2 == r:
+                continue
+            i = max(0, bisect.bisect_right(starts[r2], t0) - 1)
+            while i < len(iv) and iv[i][0] < t1:
+                covered += max(0.0, min(t1, iv[i][1]) - max(t0, iv[i][0]))
+                i += 1
+        scale[(r, k, kind, e, m)] = 1.0 + (slowdown - 1.0) * covered / (t1 - t0) / (P - 1)
+    return scale
+
+
+def _simulate_once(stages, schedule, micro_batches, *, eta, groups, micro_batch, bandwidth, latency,
+                   allreduce_bandwidth, optimizer_states, checkpoint_stages, keep_events, scale) -> SimResult:
     if schedule not in ("gpipe", "mast", "master"):
         raise ConfigError(f"schedule {schedule!r}: must be gpipe, mast or master")
     P = len(stages)
@@ -153,6 +208,8 @@ def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, 
             bufs = (0 if s == 0 else stages[s - 1].output_bytes) + (0 if s == P - 1 else st.output_bytes)
             live[r] += bufs * M
         dur = st.forward_s if kind == "F" else st.backward_s + (st.forward_s if s in ckpt else 0.0)
+        if scale is not None:
+            dur *= scale.get((r, k, kind, e, m), 1.0)
         end = start + dur
         in_bytes = 0 if s == 0 else stages[s - 1].output_bytes
         kept = in_bytes if s in ckpt else st.activation_bytes

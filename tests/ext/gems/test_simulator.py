@@ -32,6 +32,20 @@ def test_mast_doubles_throughput_with_one_micro_batch():
     assert m.busy_fraction == pytest.approx(1.0) and g.busy_fraction == pytest.approx(0.5)
 
 
+def test_corun_slowdown_stretches_only_overlapped_work():
+    """A measured co-run slowdown leaves GPipe's non-overlapping actions alone and stretches MAST, where
+    both ranks always compute at once, by the full factor; 1.0 is the plain model; <= 0 is refused."""
+    g = simulate(uniform(2), "gpipe", 1, bandwidth=1e30, latency=0.0)
+    g15 = simulate(uniform(2), "gpipe", 1, bandwidth=1e30, latency=0.0, corun_slowdown=1.5)
+    m = simulate(uniform(2), "mast", 1, bandwidth=1e30, latency=0.0)
+    m15 = simulate(uniform(2), "mast", 1, bandwidth=1e30, latency=0.0, corun_slowdown=1.5)
+    assert g15.step_s == pytest.approx(g.step_s)
+    assert m15.step_s == pytest.approx(1.5 * m.step_s, rel=1e-3)
+    assert simulate(uniform(3), "gpipe", 4, corun_slowdown=1.0).step_s == simulate(uniform(3), "gpipe", 4).step_s
+    with pytest.raises(Exception, match="corun_slowdown"):
+        simulate(uniform(2), "mast", 1, corun_slowdown=0.0)
+
+
 def test_memory_model():
     """GPipe stashes all M micro-batches; MAST holds two stages' weights and both replicas' activations."""
     act, params = 1000, 100
