@@ -46,7 +46,7 @@ def run_align(args: argparse.Namespace) -> int:
         hspthresh=args.hspthresh, entropy=args.entropy, gapped=not args.nogapped, gapped_by=args.gapped_by,
         ydrop=args.ydrop, gappedthresh=args.gappedthresh, scoring=args.scoring, ambiguous=args.ambiguous,
         max_hits=args.max_hits, interval=args.interval, device=str(device), progress=args.progress,
-        lastz=args.lastz, backend=args.backend,
+        lastz=args.lastz, backend=args.backend, fused=args.fused,
     )
     res = align_files(args.target, args.query, cfg)
     writer = WRITERS[args.format]
@@ -88,6 +88,8 @@ def _add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ambiguous", choices=["n", "iupac"], default=None,
                    help="treat N (n) or all IUPAC codes (iupac) as ambiguous bases (LASTZ's option)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or auto")
+    p.add_argument("--fused", action="store_true",
+                   help="numba: seeding and filter in one compiled pass (least memory; speed depends on the CPU)")
     p.add_argument("--backend", choices=["auto", "torch", "numba", "triton"], default="auto",
                    help="ungapped-filter kernel: auto = Triton on CUDA, numba on the CPU where installed, "
                         "else the torch twin")

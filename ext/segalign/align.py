@@ -27,7 +27,6 @@ from .ops import (
     resolve_backend,
     ungapped_hsps,
     ungapped_hsps_fused,
-    ungapped_hsps_lookups,
 )
 from .output import Alignment, hsps_to_alignments
 from .scoring import Scoring, hoxd70, read_scoring_file
@@ -70,6 +69,9 @@ class AlignConfig:
     """query positions per interval (the unit of work and of the progress bar)"""
     device: str = "cpu"
     """where seeding and the filter run (cpu, cuda)"""
+    fused: bool = False
+    """numba only: seeding and filter in one compiled pass (no tensors of look-ups or hits, least memory;
+    faster or slower than the default depending on the CPU's memory latency)"""
     backend: str = "auto"
     """filter kernel: auto (Triton on CUDA, numba on the CPU where installed, else torch), torch, numba or triton"""
     progress: bool = False
@@ -132,10 +134,13 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     # the unit of work: one query interval of one strand (its diagonal bookkeeping is its own)
     tasks = [(strand, s, min(s + cfg.interval, qcodes[strand].numel()))
              for strand in strands for s in range(0, qcodes[strand].numel(), cfg.interval)]
-    fused = backend == "numba" and index.offsets is not None  # seeding and filter in one compiled pass
-    # with several CPU threads the compiled pass runs whole intervals side by side (exact: intervals
+    # numba: seed look-ups and hits as tensor ops (vectorised gathers), the filter compiled; or, with
+    # cfg.fused, seeding and filter in one compiled pass (no tensors of hits: least memory)
+    fused = backend == "numba" and cfg.fused and index.offsets is not None
+    # with several CPU threads the compiled filter runs whole intervals side by side (exact: intervals
     # are independent); otherwise one interval at a time, its diagonals split over the threads
-    workers = min(torch.get_num_threads(), len(tasks)) if fused else 1
+    workers = min(torch.get_num_threads(), len(tasks)) if backend == "numba" else 1
+    one = 1 if workers > 1 else None
     bar = None
     if cfg.progress:
         from tqdm import tqdm
@@ -147,16 +152,11 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
         q_codes = qcodes[strand]
         if fused:
             res = [ungapped_hsps_fused(t_codes, q_codes, index, s, e, cfg.transition, cfg.max_hits, table, cfg.xdrop,
-                                       cfg.hspthresh, cfg.entropy, strand, threads=1 if workers > 1 else None)]
+                                       cfg.hspthresh, cfg.entropy, strand, threads=one)]
         else:
-            res = []
-            for lo, counts, q_end in seed_lookups(index, q_codes, s, e, cfg.transition, cfg.max_hits):
-                if backend == "numba":  # the kernel walks the index itself: no tensor of hits
-                    res.append(ungapped_hsps_lookups(t_codes, q_codes, index.ends, lo, counts, q_end, table,
-                                                     cfg.xdrop, cfg.hspthresh, cfg.entropy, strand))
-                else:
-                    res.append(ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table,
-                                             cfg.xdrop, cfg.hspthresh, cfg.entropy, backend, strand))
+            res = [ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table, cfg.xdrop,
+                                 cfg.hspthresh, cfg.entropy, backend, strand, threads=one)
+                   for lo, counts, q_end in seed_lookups(index, q_codes, s, e, cfg.transition, cfg.max_hits)]
         if bar is not None:
             bar.update(1)
         return res

@@ -76,6 +76,20 @@ if _HAVE_NUMBA:
     def _scan(t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
               ts, qs, ln, sc, keep, n_ext):
         for p in prange(parts):
+            _scan_part(p, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
+                       ts, qs, ln, sc, keep, n_ext)
+
+    @njit(nogil=True, cache=True)
+    def _scan_serial(t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
+                     ts, qs, ln, sc, keep, n_ext):
+        # one thread, no parallel region: safe to call from several Python threads at once
+        _scan_part(0, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, 1, dense, d_min,
+                   ts, qs, ln, sc, keep, n_ext)
+
+    @njit(nogil=True, cache=True)
+    def _scan_part(p, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
+                   ts, qs, ln, sc, keep, n_ext):
+        if True:
             # this thread's diagonals: d % parts == p.  Their scanned stretches live in `dense`
             # (indexed by d - d_min, shared: the threads' diagonals are disjoint) when the batch's
             # diagonal range is small, else in a table of this thread's own, sized to its hits.
@@ -289,7 +303,8 @@ def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdr
     return torch.from_numpy(best), torch.from_numpy(length), torch.from_numpy(scanned)
 
 
-def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop, hspthresh):
+def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop, hspthresh,
+                        threads: int | None = None):
     """Extend the hits LASTZ's diagonal table lets through; keep those scoring at least ``hspthresh``.
 
     The hits are given as index look-ups (see :func:`.seeds.seed_lookups`): look-up ``l``
@@ -309,7 +324,8 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     np.cumsum(cnt_[:-1], out=first[1:])
     ts, qs, ln, sc = (np.zeros(H, np.int64) for _ in range(4))
     keep = np.zeros(H, np.bool_)
-    parts = _threads()
+    parts = 1 if threads == 1 else _threads()
+    kernel = _scan_serial if parts == 1 else _scan
     n_ext = np.zeros(parts, np.int64)
     ends_ = _np(ends, torch.int64)
     d_min = d_max = 0
@@ -320,20 +336,23 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     n_diag = d_max - d_min + 1
     dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
     with _keep_torch_threads():
-        _scan(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
+        kernel(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
               _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
               ts, qs, ln, sc, keep, n_ext)
     out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
     return (*out, int(n_ext.sum()))
 
 
-def ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh):
-    """:func:`ungapped_scan_numba` for plain hits ``(t_end, q_end)`` in any order."""
-    order = torch.argsort(q_end, stable=True)
-    te, qe = t_end.index_select(0, order), q_end.index_select(0, order)
+def ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh, threads: int | None = None):
+    """:func:`ungapped_scan_numba` for plain hits ``(t_end, q_end)`` in any order (seed hits come in
+    query order already; others are sorted by query end first)."""
+    te, qe = t_end, q_end
+    if qe.numel() > 1 and not bool((qe[1:] >= qe[:-1]).all()):
+        order = torch.argsort(q_end, stable=True)
+        te, qe = t_end.index_select(0, order), q_end.index_select(0, order)
     n = te.numel()
     return ungapped_scan_numba(t_codes, q_codes, te, torch.arange(n), torch.ones(n, dtype=torch.int64), qe,
-                               table, xdrop, hspthresh)
+                               table, xdrop, hspthresh, threads)
 
 
 DENSE_MAX_BYTES = 256 << 20

@@ -285,9 +285,11 @@ def remove_contained(h: HSPs) -> HSPs:
 def ungapped_hsps(
     t_codes: torch.Tensor, q_codes: torch.Tensor, t_end: torch.Tensor, q_end: torch.Tensor,
     table: torch.Tensor, xdrop: int = 910, hspthresh: int = 3000, entropy: bool = True,
-    backend: str = "auto", strand: str = "+",
+    backend: str = "auto", strand: str = "+", threads: int | None = None,
 ) -> tuple[HSPs, dict]:
     """HSPs from one batch of seed hits (see the module docstring).
+
+    ``threads=1`` keeps the numba kernel single-threaded (for callers that run batches side by side).
 
     Returns:
         the HSPs (contained ones removed, sorted by query then target start) and counters
@@ -301,7 +303,7 @@ def ungapped_hsps(
     if backend == "numba":
         from .cpu_kernels import ungapped_scan_hits
 
-        *raw, n_ext = ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh)
+        *raw, n_ext = ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh, threads)
         parts.append(tuple(raw))
         stats["extended"], stats["rounds"] = n_ext, 1
         diag = t_end[:0]

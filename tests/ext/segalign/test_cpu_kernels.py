@@ -77,8 +77,9 @@ def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, in
     running intervals side by side, and with two threads splitting the diagonals of a single interval."""
     from torchhpc.ext.segalign import cpu_kernels
 
-    if dense_bytes is not None:
+    if dense_bytes is not None:  # hashed diagonal tables in both compiled paths
         monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", dense_bytes)
+        monkeypatch.setattr(cpu_kernels, "DENSE_BYTES_PER_HIT", dense_bytes)
     g = shared_data / "genomes"
     t, q = read_fasta(g / "humanMito.fa"), read_fasta(g / "chickenMito.fa")
     cfg = dict(gapped=False, max_hits=max_hits, interval=interval, hspthresh=2000, strand=strand)
@@ -86,15 +87,17 @@ def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, in
     torch.set_num_threads(threads)
     try:
         a, sa = find_hsps(t, q, AlignConfig(backend="torch", **cfg))
-        b, sb = find_hsps(t, q, AlignConfig(backend="numba", **cfg))
+        b, sb = find_hsps(t, q, AlignConfig(backend="numba", fused=True, **cfg))
+        c, sc = find_hsps(t, q, AlignConfig(backend="numba", **cfg))
     finally:
         torch.set_num_threads(old)
-    assert sb["backend"] == "numba" and sa["hits"] == sb["hits"] > 1000
-    assert sa["extended"] == sb["extended"]
+    assert sb["backend"] == "numba" and sa["hits"] == sb["hits"] == sc["hits"] > 1000
+    assert sa["extended"] == sb["extended"] == sc["extended"]
     assert sum(len(v) for v in a.values()) > 10
     for s in a:
         for f in ("t_start", "q_start", "length", "score"):
             assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
+            assert torch.equal(getattr(a[s], f), getattr(c[s], f)), (s, f)
 
 
 def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
@@ -108,7 +111,7 @@ def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
     sim = simulate_pair(100_000, seed=3)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     a, sa = find_hsps(t, q, AlignConfig(gapped=False, backend="torch"))
-    b, sb = find_hsps(t, q, AlignConfig(gapped=False, backend="numba"))
+    b, sb = find_hsps(t, q, AlignConfig(gapped=False, backend="numba", fused=True))
     assert sa["extended"] == sb["extended"] > 10_000
     for s in a:
         for f in ("t_start", "q_start", "length", "score"):
