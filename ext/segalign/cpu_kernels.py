@@ -6,15 +6,19 @@ These kernels do the same arithmetic one cell at a time in machine code:
 
 * :func:`xdrop_extend_numba` — the op of :func:`.ops.xdrop_extend` (one direction,
   many diagonals), result-identical to :func:`.ops.xdrop_extend_torch`;
-* :func:`ungapped_scan_numba` — the whole diagonal bookkeeping of :func:`.ops.ungapped_hsps`
-  in one pass: hits are visited in query order, a hit whose word ends inside the part
-  of its diagonal that an earlier extension scanned is skipped (LASTZ's diagonal
-  table), every other hit is extended both ways.  Threads split the diagonals
-  (``diagonal % threads``), so no two threads touch the same diagonal and the result
-  is the same for any thread count.  It extends exactly the hits the torch path
-  extends in its rounds (per diagonal, the leftmost hit not yet scanned).
+* :func:`ungapped_scan_numba` / :func:`ungapped_scan_hits` — the diagonal bookkeeping of
+  :func:`.ops.ungapped_hsps` in one pass: hits are visited in query order, a hit whose word
+  ends inside the part of its diagonal that an earlier extension scanned is skipped (LASTZ's
+  diagonal table), every other hit is extended both ways.  It extends exactly the hits the
+  torch path extends in its rounds (per diagonal, the leftmost hit not yet scanned);
+* :func:`seed_scan_numba` — seeding and that scan fused (``AlignConfig.fused``): the query's
+  keys and their transition variants are looked up in the target's counting-sort table
+  inside the kernel, so no tensors of look-ups or hits are built.
 
-numba is optional (``pip install torchhpc[align]``); :func:`numba_available` tells.
+Threads split the diagonals (``diagonal % threads``), so no two threads touch the same
+diagonal and results do not depend on the thread count; ``threads=1`` runs a kernel with
+no parallel region, for callers that run several query intervals side by side.  numba is
+optional (``pip install torchhpc[align]``); :func:`numba_available` tells.
 """
 
 from __future__ import annotations

@@ -329,21 +329,6 @@ def ungapped_hsps(
     return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), stats
 
 
-def ungapped_hsps_lookups(
-    t_codes: torch.Tensor, q_codes: torch.Tensor, ends: torch.Tensor, lo: torch.Tensor, counts: torch.Tensor,
-    q_end: torch.Tensor, table: torch.Tensor, xdrop: int = 910, hspthresh: int = 3000, entropy: bool = True,
-    strand: str = "+",
-) -> tuple[HSPs, dict]:
-    """:func:`ungapped_hsps` for one batch of index look-ups (:func:`.seeds.seed_lookups`), on the numba
-    CPU kernel, which walks each look-up's index entries itself instead of a tensor of expanded hits.
-    Same HSPs and counters as ``ungapped_hsps(*expand_lookups(...), backend=...)``."""
-    from .cpu_kernels import ungapped_scan_numba
-
-    ts, qs, ln, sc, n_ext = ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop, hspthresh)
-    stats = {"hits": int(counts.sum()), "extended": n_ext, "rounds": 1}
-    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), stats
-
-
 def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, start: int, end: int,
                         transition: bool, max_hits: int, table: torch.Tensor, xdrop: int = 910,
                         hspthresh: int = 3000, entropy: bool = True, strand: str = "+",
