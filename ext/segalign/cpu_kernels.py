@@ -394,7 +394,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
             _np(index.present, torch.bool), _np(index.offsets, torch.int64), _np(index.ends, torch.int64),
             _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
             int(d_min))
-    cap = 1 << 14
+    cap = 1 << 16  # HSPs per thread; a call that finds more runs again with room for all
     while True:
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
