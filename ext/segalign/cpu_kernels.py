@@ -359,6 +359,9 @@ def ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh, 
                                table, xdrop, hspthresh, threads)
 
 
+FUSED_HSP_CAPACITY = 1 << 16
+"""HSPs per thread the fused pass has room for before it runs again with more."""
+
 DENSE_MAX_BYTES = 256 << 20
 """The fused scan keeps a flat diagonal table per thread up to this size, else hashes diagonals."""
 
@@ -394,7 +397,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
             _np(index.present, torch.bool), _np(index.offsets, torch.int64), _np(index.ends, torch.int64),
             _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
             int(d_min))
-    cap = 1 << 16  # HSPs per thread; a call that finds more runs again with room for all
+    cap = FUSED_HSP_CAPACITY  # a call that finds more runs again with room for all
     while True:
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))

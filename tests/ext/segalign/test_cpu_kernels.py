@@ -102,12 +102,14 @@ def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, in
 
 def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
     """A 100 kbp simulated pair with the hashed diagonal table (thousands of diagonals per thread, so
-    the table grows several times): exactly the torch path's HSPs."""
+    the table grows several times) and a 4-HSP output buffer (so the pass runs again with room for
+    all): exactly the torch path's HSPs."""
     from torchhpc.ext.segalign import cpu_kernels
     from torchhpc.ext.segalign.fasta import from_strings
     from torchhpc.ext.segalign.simulate import simulate_pair
 
     monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", 0)
+    monkeypatch.setattr(cpu_kernels, "FUSED_HSP_CAPACITY", 4)  # and the HSP buffer overflows: a second run
     sim = simulate_pair(100_000, seed=3)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     a, sa = find_hsps(t, q, AlignConfig(gapped=False, backend="torch"))
