@@ -420,20 +420,28 @@ class DynamicEmbeddingCollection(nn.Module):
             )
         check_ids(kjt.values(), "KeyedJaggedTensor values (feature IDs)")
 
-    def forward(self, kjt):
-        from torchrec.sparse.jagged_tensor import KeyedTensor
-
+    def _start_forward(self, kjt):
+        """Check the KJT, split it by feature and count a training step: ``(jts, training, step)``."""
         self._check_kjt(kjt)
         jts = kjt.to_dict()
         training = self.training and torch.is_grad_enabled()
         if training:
             self.iteration += 1
-        step = self.iteration if training else None
+        return jts, training, (self.iteration if training else None)
+
+    def _table_values(self, jts, cfg: DynamicTableConfig):
+        """One table's features (JaggedTensors) and all their IDs, concatenated, on this device."""
+        feats = [jts[f] for f in cfg.features]
+        return feats, torch.cat([jt.values() for jt in feats]).to(self.device_).long()
+
+    def forward(self, kjt):
+        from torchrec.sparse.jagged_tensor import KeyedTensor
+
+        jts, training, step = self._start_forward(kjt)
         pooled: dict[str, torch.Tensor] = {}
         for name, table in self.tables.items():
             cfg = table.cfg
-            feats = [jts[f] for f in cfg.features]
-            values = torch.cat([jt.values() for jt in feats]).to(self.device_).long()
+            feats, values = self._table_values(jts, cfg)
             if training:
                 table.expire(step)
             uniq, inv, counts = torch.unique(values, return_inverse=True, return_counts=True)

@@ -66,17 +66,11 @@ class ShardedDynamicEmbeddingCollection(DynamicEmbeddingCollection):
     def forward(self, kjt):
         from torchrec.sparse.jagged_tensor import KeyedTensor
 
-        self._check_kjt(kjt)
-        jts = kjt.to_dict()
-        training = self.training and torch.is_grad_enabled()
-        if training:
-            self.iteration += 1
-        step = self.iteration if training else None
+        jts, training, step = self._start_forward(kjt)
         pooled: dict[str, torch.Tensor] = {}
         for name, table in self.tables.items():
             cfg = table.cfg
-            feats = [jts[f] for f in cfg.features]
-            values = torch.cat([jt.values() for jt in feats]).to(self.device_).long()
+            feats, values = self._table_values(jts, cfg)
             uniq, inv, counts = torch.unique(values, return_inverse=True, return_counts=True)
             # 1. route unique IDs (with counts) to their owners
             owner = owner_of(uniq, self.world)
