@@ -99,6 +99,11 @@ class EvalOptions:
     heuristics: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"], help="heuristics shown beside RL")
     greedy: bool = option(False, help="argmax actions (the paper samples)")
     samples: int = option(1, help="sampled evaluations averaged per window (different sampling seeds)", ge=1)
+    validate: int = option(0, help="held-out windows (outside the test windows) on which the greedy policy is "
+                           "scored to keep the best checkpoint; 0 = off (sched eval then uses the last)", ge=0)
+    validate_length: int = option(512, help="jobs per held-out window", ge=2)
+    validate_every: int = option(5, help="score the held-out windows every N epochs (and at the end)", ge=1)
+    validate_seed: int = option(2020, help="seed of the held-out window draw", ge=0)
 
 
 @dataclass
@@ -146,7 +151,13 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
     from torchhpc.envs.sched import BatchSchedulingEnv
     from torchhpc.ext.core.distributed import distributed
     from torchhpc.ext.core.runs import Run
-    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, log_ratio_reward, summarise
+    from torchhpc.ext.sched.evaluate import (
+        draw_validation_starts,
+        evaluate_agent,
+        evaluate_heuristic,
+        log_ratio_reward,
+        summarise,
+    )
     from torchhpc.ext.sched.heuristics import make_key
     from torchhpc.ext.sched.modules import SchedulingAgent
     from torchhpc.ext.sched.simulator import ClusterSimulator
@@ -179,6 +190,11 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         v_opt = torch.optim.Adam(agent.critic.parameters(), lr=P.vf_lr)
         start_epoch = 0
         env_states = None
+        E = cfg.eval
+        val_starts = (draw_validation_starts(trace, E.validate, E.validate_length, E.validate_seed, E.starts, E.length)
+                      if E.validate else [])
+        maximise = cfg.env.metric.startswith("util")
+        best: dict = {}  # {"epoch", "value"} of the best held-out score so far
         if cfg.run.resume:
             loaded = run.load_checkpoint(shard=rank if world > 1 else None)
             if loaded is not None:
@@ -188,6 +204,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                 v_opt.load_state_dict(state["v_opt"])
                 torch.set_rng_state(state["torch_rng"])
                 env_states = state["env_rng"]
+                best = dict(state.get("best", {}))
                 run.truncate_metrics(start_epoch)
         if P.imitate and start_epoch == 0 and rank == 0:
             from torchhpc.ext.sched.evaluate import draw_starts
@@ -391,18 +408,47 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                                            time_scale=cfg.env.time_scale)])
                 row["eval_bsld"] = res["bsld"]
                 last_eval = res
+            if val_starts and ((epoch + 1) % E.validate_every == 0 or final):
+                val = summarise(evaluate_agent(agent, trace, val_starts, E.validate_length, cfg.env.backfill,
+                                               greedy=True, queue_slots=cfg.env.queue_slots, device=device,
+                                               time_scale=cfg.env.time_scale))[cfg.env.metric]
+                row[f"val_{cfg.env.metric}"] = val
+                improved = not best or (val > best["value"] if maximise else val < best["value"])
+                if improved:
+                    best = {"epoch": epoch + 1, "value": val}
             run.log(epoch + 1, **row)
             # ---------------------------------------------------------------- checkpoint
             state = {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
                      "torch_rng": torch.get_rng_state(),
                      "env_rng": [env.np_random.bit_generator.state for env in envs],
-                     "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale}
+                     "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
+                     "best": best}
+            if best.get("epoch") == epoch + 1:
+                run.save_checkpoint(state, epoch + 1, name="best", keep=1)  # rank 0 writes
             run.save_checkpoint(state, epoch + 1, shard=rank if world > 1 else None)
             if rank == 0 and world > 1:
                 run.save_checkpoint(state, epoch + 1)  # rank 0's copy is what `sched eval` loads
         summary: dict = {"epochs": P.epochs, "train_seconds": round(time.time() - t_train0, 1), "world_size": world}
+        if best:
+            summary["best"] = {"epoch": best["epoch"], f"val_{cfg.env.metric}": best["value"],
+                               "validation_starts": val_starts, "validation_length": E.validate_length,
+                               "validation_heuristics": {
+                                   h: summarise(evaluate_heuristic(trace, h, val_starts, E.validate_length,
+                                                                   cfg.env.backfill))[cfg.env.metric]
+                                   for h in E.heuristics}}
         if last_eval:
             summary["eval"] = {"rl": last_eval}
+            if best and rank == 0:
+                loaded = run.load_checkpoint(name="best")
+                if loaded is not None:
+                    best_agent = SchedulingAgent(P.policy, cfg.env.queue_slots).to(device)
+                    best_agent.load_state_dict(loaded[1]["agent"])
+                    summary["eval"]["rl_best"] = summarise(
+                        [row for k in range(1 if E.greedy else E.samples)
+                         for row in evaluate_agent(best_agent, trace, E.starts, E.length, cfg.env.backfill,
+                                                   greedy=E.greedy, seed=cfg.seed + k,
+                                                   queue_slots=cfg.env.queue_slots, device=device,
+                                                   time_scale=cfg.env.time_scale)])
             for h in cfg.eval.heuristics:
                 summary["eval"][h] = summarise(evaluate_heuristic(trace, h, cfg.eval.starts, cfg.eval.length,
                                                                   cfg.env.backfill))
@@ -410,10 +456,15 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         if rows:
             summary["final_train_bsld"] = rows[-1].get("train_bsld")
         run.write_summary(summary)
-        run.plot_metrics(["train_bsld", "train_sjf_bsld", "train_f1_bsld", "eval_bsld"], "learning_curve.png",
+        run.plot_metrics(["train_bsld", "train_sjf_bsld", "train_f1_bsld", "eval_bsld", "val_bsld"],
+                         "learning_curve.png",
                          x="epoch", ylabel="average bounded slowdown", logy=True)
         if rank == 0 and verbose:
             print(f"run folder: {run.dir}")
+            if best:
+                heur = ", ".join(f"{h} {v:.2f}" for h, v in summary["best"]["validation_heuristics"].items())
+                print(f"best held-out {cfg.env.metric} {best['value']:.2f} at epoch {best['epoch']} ({heur}); "
+                      f"`sched eval` uses that checkpoint")
             if last_eval:
                 print(_table({k: v for k, v in summary["eval"].items()}))
         return summary
@@ -490,7 +541,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     ck = Path(args.checkpoint)
     if ck.is_dir():
         run = Run("sched", None, root=ck.parent.parent, run_id=ck.name, resume=True)
-        loaded = run.load_checkpoint()
+        loaded = run.load_checkpoint(name="best") if args.which == "best" else None
+        if loaded is None:  # no held-out selection in this run: its last checkpoint
+            loaded = run.load_checkpoint()
         if loaded is None:
             raise InputError(f"{ck}: no checkpoint in this run folder")
         out_dir = ck
@@ -500,7 +553,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         out_dir = ck.parent.parent
     else:
         raise InputError(f"{ck}: no such run folder or checkpoint file")
-    _, state = loaded
+    step, state = loaded
+    if not args.json:
+        print(f"checkpoint: epoch {step}" + (f" (best held-out {state['best']['value']:.2f} at epoch "
+                                             f"{state['best']['epoch']})" if state.get("best") else ""))
     agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128))
     agent.load_state_dict(state["agent"])
     trace = _load_trace(args)
@@ -576,6 +632,9 @@ def register(sub) -> None:
     e.add_argument("--checkpoint", required=True, help="run folder (runs/sched/<id>) or checkpoint file")
     e.add_argument("--greedy", action="store_true", help="argmax actions (default: sample, as the paper)")
     e.add_argument("--samples", type=int, default=1, help="sampled runs per window, averaged (default 1)")
+    e.add_argument("--which", default="best", choices=["best", "last"],
+                   help="checkpoint of a run folder: best on the held-out windows (eval.validate; the last one "
+                        "when the run has none) or last")
     _window_args(e)
     e.add_argument("--policy", action="append", help="heuristic shown beside RL (default: fcfs, sjf, f1)")
     e.set_defaults(func=cmd_eval)

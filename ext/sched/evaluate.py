@@ -40,6 +40,34 @@ def draw_starts(trace: SchedTrace, sequences: int, length: int, seed: int) -> li
     return [int(s) for s in np.random.default_rng(seed).integers(lo, hi, size=sequences)]
 
 
+def draw_validation_starts(
+    trace: SchedTrace, count: int, length: int, seed: int, avoid: Sequence[int] = (), avoid_length: int = 0
+) -> list[int]:
+    """``count`` window starts of ``length`` jobs that share no job with the windows ``[a, a + avoid_length)``.
+
+    Held-out windows for model selection: a checkpoint chosen on them has not been chosen on the test
+    windows ``avoid``. Drawn without replacement while there are enough distinct starts.
+
+    Raises:
+        InputError: no window of ``length`` jobs fits outside the avoided ones.
+    """
+    J = len(trace)
+    if length > J:
+        raise InputError(f"{trace.name}: {J} jobs cannot hold a validation window of {length}")
+    covered = np.zeros(J + 1, dtype=np.int64)
+    for a in avoid:
+        covered[max(a, 0)] += 1
+        covered[min(a + avoid_length, J)] -= 1
+    busy = np.concatenate([[0], np.cumsum(np.cumsum(covered)[:J] > 0)])  # busy[i] = test jobs before i
+    s = np.arange(J - length + 1)
+    free = s[busy[s + length] - busy[s] == 0]
+    if free.size == 0:
+        raise InputError(f"{trace.name}: no window of {length} jobs lies outside the test windows; "
+                         f"use a shorter eval.validate_length")
+    rng = np.random.default_rng(seed)
+    return [int(x) for x in np.sort(rng.choice(free, size=count, replace=count > free.size))]
+
+
 def check_windows(trace: SchedTrace, starts: Sequence[int], length: int) -> None:
     for s in starts:
         if s < 0 or s + length > len(trace):

@@ -75,6 +75,33 @@ def test_train_with_the_relative_reward(cli, tmp_path):
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
+def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
+    """With eval.validate the run keeps the checkpoint of its best held-out score, reports it, scores it on
+    the test windows, and `sched eval` loads it unless --which last."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=val",
+              "--set", "run.progress=false", "--set", "ppo.epochs=3", "--set", "eval.validate=3",
+              "--set", "eval.validate_length=64", "--set", "eval.validate_every=1"]
+    res = cli("sched", "train", *common)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "val"
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    vals = [r["val_bsld"] for r in rows]
+    summary = json.loads((run / "summary.json").read_text())
+    best_epoch = summary["best"]["epoch"]
+    assert summary["best"]["val_bsld"] == min(vals) == vals[best_epoch - 1]
+    for s in summary["best"]["validation_starts"]:  # no job shared with the test windows [500, 628), [1500, 1628)
+        assert s + 64 <= 500 or s >= 628
+        assert s + 64 <= 1500 or s >= 1628
+    assert set(summary["eval"]) >= {"rl", "rl_best", "sjf"} and summary["best"]["validation_heuristics"]["sjf"] >= 1
+    assert [p.name for p in (run / "checkpoints").glob("best-*.pt")] == [f"best-{best_epoch:08d}.pt"]
+    args = ["sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
+            "--length", "128", "--greedy"]
+    res = cli(*args)
+    assert res.returncode == 0 and f"checkpoint: epoch {best_epoch}" in res.stdout, res.stderr[-2000:]
+    res = cli(*args, "--which", "last")
+    assert res.returncode == 0 and "checkpoint: epoch 3" in res.stdout, res.stderr[-2000:]
+
+
 def test_unknown_config_key_is_one_line(cli, tmp_path):
     """A typo in a sched config key fails before training, naming the key."""
     res = cli("sched", "train", "--config", DEBUG, "--set", "ppo.epoch=3")

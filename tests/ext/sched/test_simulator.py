@@ -123,3 +123,24 @@ def test_log_ratio_reward_is_scale_free_and_signed():
     assert log_ratio_reward("bsld", 40.0, 50.0) == pytest.approx(log_ratio_reward("bsld", 400.0, 500.0))
     assert log_ratio_reward("bsld", 40.0, 50.0) > 0 > log_ratio_reward("bsld", 60.0, 50.0)
     assert log_ratio_reward("util", 0.9, 0.8) > 0 > log_ratio_reward("util", 0.7, 0.8)
+
+
+def test_validation_windows_avoid_the_test_windows():
+    """Held-out windows share no job with the test windows, are reproducible from the seed, and a window
+    that cannot fit is a clear error."""
+    from torchhpc.ext.sched.evaluate import draw_validation_starts
+
+    n = 400
+    t = make_trace(list(range(n)), [5] * n, [1] * n, total=2)
+    tests = [50, 150, 300]
+    starts = draw_validation_starts(t, 6, 20, seed=3, avoid=tests, avoid_length=60)
+    assert starts == draw_validation_starts(t, 6, 20, seed=3, avoid=tests, avoid_length=60)
+    busy = np.zeros(n, dtype=bool)
+    for a in tests:
+        busy[a:a + 60] = True
+    assert len(set(starts)) == 6
+    for s in starts:
+        assert 0 <= s and s + 20 <= n and not busy[s:s + 20].any()
+    # only [110, 150) and [210, 300) and [360, 400) are free: a 100-job window fits nowhere
+    with pytest.raises(InputError, match="validate_length"):
+        draw_validation_starts(t, 2, 100, seed=0, avoid=tests, avoid_length=60)
