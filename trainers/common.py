@@ -43,6 +43,10 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Name
             raise
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # output piped into `head` or similar: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 0
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         if debug:
             raise

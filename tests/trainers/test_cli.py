@@ -83,3 +83,16 @@ def test_help_does_not_import_torch():
     code = "import sys, torchhpc.trainers.cli as c; c.build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
+
+
+def test_output_into_a_closed_pipe_stops_quietly():
+    """`torchhpc ... | head` must not end in a BrokenPipeError traceback: the reader has gone, exit 0."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torchhpc.trainers.cli", "sched", "heuristics", "--sequences", "2",
+           "--length", "200", "--generate-jobs", "2000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc.stdout.close()  # the reader leaves before the table is printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err[-2000:]
