@@ -226,3 +226,15 @@ def stage_report(infos: Sequence[StageInfo], micro_batches: int, optimizer_state
                      f"{s.backward_s * 1e3:>8.2f} {s.param_bytes * mib:>11.2f} {s.activation_bytes * mib:>11.2f} "
                      f"{s.peak_bytes(micro_batches, optimizer_states) * mib:>9.2f}")
     return "\n".join(lines)
+
+
+def actions_after(forward: bool, stage: int, stages: int) -> int:
+    """How many pipeline actions wait, one after another, on this one: a forward of stage ``s`` leads
+    to the forwards of stages ``s+1 .. P-1`` and then all ``P`` backwards; a backward of stage ``s``
+    to the backwards of ``s-1 .. 0``.
+
+    A rank holding two replicas' stages runs first, of the actions whose input has arrived, the one
+    with the most actions behind it (critical-path list scheduling): work another rank is about to
+    wait for goes before work that ends a chain. The runtime and the simulator share this rule.
+    """
+    return (stages - 1 - stage) + stages if forward else stage

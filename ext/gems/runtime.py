@@ -10,8 +10,10 @@ ranks ``d*P ... d*P + P - 1``, local position ``r``)::
 
 Each replica runs its micro-batches GPipe-style: every forward, then every backward.
 A rank that holds two stages runs, of the replicas whose next action has its input, the one
-that has done fewer actions (A on a tie), and otherwise sleeps until an input arrives, so
-replica B fills replica A's bubbles (the paper's MAST, §III).
+whose action has more pipeline actions waiting on it (:func:`~.partition.actions_after`: work
+another rank is about to need before work that ends a chain), then the one that has done fewer
+actions, then A; otherwise it sleeps until an input arrives. So replica B fills replica A's
+bubbles (the paper's MAST, §III).
 
 One update (``K = 2`` replicas for MAST/MASTER, 1 for the baseline)::
 
@@ -44,7 +46,7 @@ from torch import nn
 
 from torchhpc.ext.core.errors import ConfigError, DistributedError
 
-from .partition import SavedTensorMeter, infer_shapes
+from .partition import SavedTensorMeter, actions_after, infer_shapes
 
 FORWARD, BACKWARD = 0, 1
 
@@ -322,10 +324,13 @@ class PipelineEngine:
     def _loop(self, queues, ready, slice_of, take, forward, stash, sends, cond, waiters, loss_sum) -> None:
         K, M, t_origin = self.K, self.M, self._t_origin
         while any(queues.values()):
-            # run the first replica whose next action has its input; sleep until one has
-            # among replicas with work left, the one with the fewest actions done goes first, so that
-            # neither replica starves the other's next rank (replica A on a tie)
-            order = sorted((k for k in range(K) if queues[k]), key=lambda k: (-len(queues[k]), k))
+            # run the first replica whose next action has its input; sleep until one has.
+            # Among replicas with work left: the action with more actions waiting on it first (a
+            # forward or backward another rank needs before one that ends a chain), then the replica
+            # with fewer actions done, then A — the simulator's rule too
+            order = sorted((k for k in range(K) if queues[k]),
+                           key=lambda k: (-actions_after(queues[k][0][1] == FORWARD, self.copies[k].stage, self.P),
+                                          -len(queues[k]), k))
             chosen = next((k for k in order if ready(k)), None)
             if chosen is None and len(order) == 1:
                 chosen = order[0]  # nothing to overlap with: take() blocks on the one input

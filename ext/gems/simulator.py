@@ -8,8 +8,9 @@ bandwidth and latency.  The model follows the runtime (:mod:`.runtime`) action b
 * each rank is one sequential worker (one compute thread per process);
 * a replica's actions run in GPipe order (all forwards, then all backwards, per
   repetition); a rank holding two replicas runs, of those whose next action has its input,
-  the one with fewer actions done (replica A on a tie), else waits for the first input —
-  exactly the runtime's rule;
+  the one with more actions waiting on it (:func:`~.partition.actions_after`), then the one
+  with fewer actions done, then replica A; else it waits for the first input — exactly the
+  runtime's rule;
 * a message of ``b`` bytes on a directed link arrives ``latency + b / bandwidth`` after
   it was sent, messages on one link one after another;
 * the update ends with a ring all-reduce of each rank's gradients over its copy group
@@ -28,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 from torchhpc.ext.core.errors import ConfigError, InputError
 
-from .partition import StageInfo
+from .partition import StageInfo, actions_after
 
 
 @dataclass
@@ -183,11 +184,13 @@ def _simulate_once(stages, schedule, micro_batches, *, eta, groups, micro_batch,
         for k in range(K):
             if nxt[r][k] < len(actions):
                 start = max(free[r], dependency(r, k))
-                key = (start, nxt[r][k], k)  # the runtime's rule: ready first, then fewer actions done
+                _, kind, _ = actions[nxt[r][k]]
+                # the runtime's rule: ready first, then more actions waiting on it, then fewer done, then A
+                key = (start, -actions_after(kind == "F", stage_of(r, k), P), nxt[r][k], k)
                 if start < float("inf") and (best is None or key < best):
                     best = key
         if best is not None:
-            heapq.heappush(heap, (best[0], r, best[2], version[r]))
+            heapq.heappush(heap, (best[0], r, best[3], version[r]))
 
     def send(src: int, dst: int, nbytes: int, t: float) -> float:
         start = max(t, link_free.get((src, dst), 0.0))

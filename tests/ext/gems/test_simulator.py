@@ -32,6 +32,22 @@ def test_mast_doubles_throughput_with_one_micro_batch():
     assert m.busy_fraction == pytest.approx(1.0) and g.busy_fraction == pytest.approx(0.5)
 
 
+def test_work_another_rank_waits_for_goes_first():
+    """MAST, 2 stages x 2 micro-batches: when rank 0 can run either replica A's last backward (which ends
+    A's chain) or replica B's backward whose gradient rank 1 needs next, it runs B's first; the rule
+    counts the actions waiting on each (critical-path order), as the runtime does."""
+    from torchhpc.ext.gems.partition import actions_after
+
+    assert [actions_after(True, s, 3) for s in range(3)] == [5, 4, 3]
+    assert [actions_after(False, s, 3) for s in range(3)] == [0, 1, 2]
+    st = [StageInfo(0, (0, 1), 10.0, 19.0, 100, 1000, 0), StageInfo(1, (1, 2), 13.0, 32.0, 100, 1000, 0)]
+    res = simulate(st, "mast", 2, bandwidth=1e30, latency=0.0, keep_events=True)
+    order = [(k, kind, m) for r, k, kind, _, m, _, _ in sorted(res.events, key=lambda e: e[5]) if r == 0]
+    # at t = 78 both are ready: A's backward of micro-batch 0 (stage 0, nothing after it) and B's of micro-batch 1
+    assert order.index((1, "B", 1)) < order.index((0, "B", 0))
+    assert res.busy_fraction == pytest.approx(1.0)
+
+
 def test_corun_slowdown_stretches_only_overlapped_work():
     """A measured co-run slowdown leaves GPipe's non-overlapping actions alone and stretches MAST, where
     both ranks always compute at once, by the full factor; 1.0 is the plain model; <= 0 is refused."""
