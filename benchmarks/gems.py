@@ -14,6 +14,11 @@ OS in between) above its resident set when the method starts, and for ours also 
 count of weights + gradients + optimizer state + stashed activations + receive buffers (the
 quantity the simulator predicts).
 
+The simulator's throughput is shown three ways: fed by a single-process profile taken before the
+runs (a prediction from nothing but the profile and the link); calibrated on the one-micro-batch
+GPipe and MAST runs (their stage times, fixed time per update and co-run slowdown; see
+``_calibrate``) and predicting the other configurations; and fed by each run's own stage times.
+
 Writes runs/bench/gems/results.json and throughput.png.
 """
 
@@ -86,7 +91,7 @@ def run_ours(a, schedule, M, eta, rank, world):
     engine = PipelineEngine(_blocks(a), a["bounds"], schedule, (3, a["image"], a["image"]), M * a["mb"], M, eta=eta,
                             rank=rank, world_size=world, optimizer=_opt)
     data = SyntheticImages((3, a["image"], a["image"]), 10, seed=0)
-    times, cpu0, spans = [], None, {}
+    times, cpu0, spans, head, tail = [], None, {}, [], []
     for step in range(a["warmup"] + a["steps"]):
         if step == a["warmup"]:
             cpu0 = time.process_time()
@@ -94,12 +99,15 @@ def run_ours(a, schedule, M, eta, rank, world):
         engine.train_step(data, step)
         times.append(time.perf_counter() - t0)
         if step >= a["warmup"]:  # this run's own per-stage compute times, for the simulator
-            for ev in engine.events:
-                if ev.kind in ("F", "B"):
-                    spans.setdefault(f"{engine.copies[ev.replica].stage}{ev.kind}", []).append(ev.end - ev.start)
+            acts = [ev for ev in engine.events if ev.kind in ("F", "B")]
+            for ev in acts:
+                spans.setdefault(f"{engine.copies[ev.replica].stage}{ev.kind}", []).append(ev.end - ev.start)
+            # time before the first action (slicing, posting receives) and after the last (sync, optimizer, loss)
+            head.append(min(ev.start for ev in acts))
+            tail.append(times[-1] - max(ev.end for ev in acts))
     cpu = (time.process_time() - cpu0) / a["steps"]
     return {"step_s": statistics.median(times[a["warmup"]:]), "cpu_s": cpu, "global_batch": engine.global_batch,
-            "rss_rise": _peak_rise(base), "model_bytes": engine.peak_bytes, "spans": spans}
+            "rss_rise": _peak_rise(base), "model_bytes": engine.peak_bytes, "spans": spans, "head": head, "tail": tail}
 
 
 def run_torch(a, name, M, rank, world):
@@ -371,6 +379,7 @@ def main() -> None:
     # measured machine property: compute slowdown of a rank while the other computes too (1 = none)
     corun = [r.get("corun") for r in runs[0]]
     slowdown = (statistics.mean(c["corun_s"] / c["solo_s"] for c in corun) if all(corun) else 1.0)
+    cal = _calibrate(runs, infos, link, args.micro_batch) if {"gpipe@1", "mast@1"} <= set(methods) else None
     rows = []
     for method in methods:
         name, M = method.rsplit("@", 1)
@@ -398,17 +407,16 @@ def main() -> None:
             row["sim_samples_per_s"] = sim.samples_per_s
             row["sim_error"] = sim.samples_per_s / row["samples_per_s"] - 1
             row["sim_model_mib_per_rank"] = [b / 2**20 for b in sim.peak_bytes]
-            sim_c = simulate(infos, name, M, eta=args.eta if name == "master" else 1, micro_batch=args.micro_batch,
-                             bandwidth=link["bandwidth_Bps"], latency=link["latency_s"], corun_slowdown=slowdown)
-            row["sim_corun_samples_per_s"] = sim_c.samples_per_s
-            row["sim_corun_error"] = sim_c.samples_per_s / row["samples_per_s"] - 1
+            if cal:  # calibrated on the one-micro-batch GPipe and MAST runs (in-sample for those two)
+                sim_k = simulate(cal["stages"], name, M, eta=args.eta if name == "master" else 1,
+                                 micro_batch=args.micro_batch, bandwidth=link["bandwidth_Bps"],
+                                 latency=link["latency_s"], corun_slowdown=cal["corun_slowdown"],
+                                 update_overhead_s=cal["overhead_s"])
+                row["sim_cal_samples_per_s"] = sim_k.samples_per_s
+                row["sim_cal_error"] = sim_k.samples_per_s / row["samples_per_s"] - 1
+                row["sim_cal_in_sample"] = method in ("gpipe@1", "mast@1")
             # the same model fed by the stage times this run measured (median over all its actions)
-            own = []
-            for info in infos:
-                f, b = (statistics.median(x for run in runs for r in run
-                                          for x in r["methods"][method]["spans"].get(f"{info.stage}{kind}", []))
-                        for kind in "FB")
-                own.append(dataclasses.replace(info, forward_s=f, backward_s=b))
+            own = _stage_medians(runs, method, infos)
             sim_own = simulate(own, name, M, eta=args.eta if name == "master" else 1, micro_batch=args.micro_batch,
                                bandwidth=link["bandwidth_Bps"], latency=link["latency_s"])
             row["sim_own_samples_per_s"] = sim_own.samples_per_s
@@ -424,13 +432,21 @@ def main() -> None:
               "steps": args.steps, "link": link, "corun": corun, "corun_slowdown": slowdown,
               "load_average_before_after": loads, "cpus": os.cpu_count(),
               "deepspeed_skipped": ds_reason, "rows": rows,
+              "calibration": None if cal is None else {
+                  "overhead_s": cal["overhead_s"], "corun_slowdown": cal["corun_slowdown"],
+                  "stages": [i.__dict__ for i in cal["stages"]]},
               "stage_profile": [i.__dict__ for i in infos]}
     (out / "results.json").write_text(json.dumps(result, indent=2))
 
     print(f"\nlink (gloo loopback ping-pong): {link['bandwidth_Bps'] / 1e9:.2f} GB/s, {link['latency_s'] * 1e6:.0f} us; "
           f"co-run slowdown (a stage's compute while the other rank computes too): {slowdown:.2f}")
+    if cal:
+        st = ", ".join(f"stage {i.stage} {i.forward_s * 1e3:.1f} / {i.backward_s * 1e3:.1f} ms" for i in cal["stages"])
+        print(f"calibrated on the M = 1 runs: forward / backward {st} (GPipe's actions); "
+              f"{cal['overhead_s'] * 1e3:.1f} ms per update outside the actions; "
+              f"co-run slowdown {cal['corun_slowdown']:.2f} (fitted to MAST's update time)")
     hdr = ("| method | M | global batch | samples/s (median; min–max) | × gems GPipe, same M | CPU ms/sample (both ranks) | peak RSS rise MiB r0 / r1 "
-           "| tracked model MiB r0 / r1 | simulator samples/s (error) | simulator + co-run slowdown (error) "
+           "| tracked model MiB r0 / r1 | simulator samples/s (error) | simulator calibrated on M = 1 (error) "
            "| simulator fed this run's stage times (error) | simulator MiB r0 / r1 |")
     print(hdr)
     print("|" + "---|" * 12)
@@ -443,8 +459,8 @@ def main() -> None:
             continue
         sim = (f"{r['sim_samples_per_s']:.2f} ({r['sim_error'] * 100:+.0f} %)" if "sim_samples_per_s" in r else "—")
         model = (" / ".join(f"{v:.1f}" for v in r["model_mib_per_rank"]) if "model_mib_per_rank" in r else "—")
-        simc = (f"{r['sim_corun_samples_per_s']:.2f} ({r['sim_corun_error'] * 100:+.0f} %)"
-                if "sim_corun_samples_per_s" in r else "—")
+        simc = (f"{r['sim_cal_samples_per_s']:.2f} ({r['sim_cal_error'] * 100:+.0f} %"
+                f"{', fit' if r['sim_cal_in_sample'] else ''})" if "sim_cal_samples_per_s" in r else "—")
         own = (f"{r['sim_own_samples_per_s']:.2f} ({r['sim_own_error'] * 100:+.0f} %)"
                if "sim_own_samples_per_s" in r else "—")
         smem = (" / ".join(f"{v:.1f}" for v in r["sim_model_mib_per_rank"]) if "sim_model_mib_per_rank" in r else "—")
@@ -453,6 +469,51 @@ def main() -> None:
               f"({r['samples_per_s_min']:.2f}–{r['samples_per_s_max']:.2f}) | {ratio} | {r['cpu_ms_per_sample']:.0f} | "
               f"{' / '.join(f'{v:.1f}' for v in r['rss_rise_mib_per_rank'])} | {model} | {sim} | {simc} | {own} | {smem} |")
     _plot(rows, out / "throughput.png", result["model"], args.image)
+
+
+def _stage_medians(runs, method, infos):
+    """``infos`` with each stage's forward and backward time replaced by the median over every such
+    action of ``method`` in every repeat and rank (compute only: waits for inputs are not in a span)."""
+    own = []
+    for info in infos:
+        f, b = (statistics.median(x for run in runs for r in run
+                                  for x in r["methods"][method]["spans"].get(f"{info.stage}{kind}", []))
+                for kind in "FB")
+        own.append(dataclasses.replace(info, forward_s=f, backward_s=b))
+    return own
+
+
+def _calibrate(runs, infos, link, micro_batch) -> dict:
+    """Fit the simulator's machine parameters on the one-micro-batch runs, to predict the others.
+
+    GPipe with one micro-batch never computes on both ranks at once, so its actions give each stage's
+    forward and backward time in a pipeline process, and its updates the fixed time per update
+    (rank 0's wait before its first action, plus the shortest time after a rank's last action: the
+    optimizer step and the loss reduction). Then the co-run slowdown is the factor that makes the
+    simulated MAST update (one micro-batch, where the ranks do compute at once) as long as measured.
+    """
+    from torchhpc.ext.gems.simulator import simulate
+
+    base = _stage_medians(runs, "gpipe@1", infos)
+    per_step = []
+    for run in runs:
+        heads = run[0]["methods"]["gpipe@1"]["head"]
+        tails = [r["methods"]["gpipe@1"]["tail"] for r in run]
+        per_step += [h + min(t) for h, *t in zip(heads, *tails, strict=True)]
+    overhead = statistics.median(per_step)
+    target = statistics.median(max(r["methods"]["mast@1"]["step_s"] for r in run) for run in runs)
+    kw = dict(micro_batch=micro_batch, bandwidth=link["bandwidth_Bps"], latency=link["latency_s"],
+              update_overhead_s=overhead)
+    lo, hi = 1.0, 4.0  # the simulated update grows with the slowdown: bisect
+    if simulate(base, "mast", 1, **kw).step_s >= target:
+        hi = 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if simulate(base, "mast", 1, corun_slowdown=mid, **kw).step_s < target:
+            lo = mid
+        else:
+            hi = mid
+    return {"stages": base, "overhead_s": overhead, "corun_slowdown": hi}
 
 
 def _plot(rows, path, model, image):
@@ -466,10 +527,12 @@ def _plot(rows, path, model, image):
     labels = [f"{r['method']}\nM={r['micro_batches']}" for r in rows]
     ax.bar(range(len(rows)), [r["samples_per_s"] for r in rows], color=[
         "#3182bd" if r["method"] in ("gpipe", "mast", "master") else "#969696" for r in rows])
-    sims = [(i, r["sim_samples_per_s"]) for i, r in enumerate(rows) if "sim_samples_per_s" in r]
-    if sims:
-        ax.scatter(*zip(*sims, strict=True), color="#e6550d", zorder=3, label="simulator")
-        ax.legend(fontsize=8)
+    for key, color, label in (("sim_samples_per_s", "#e6550d", "simulator, single-process profile"),
+                              ("sim_cal_samples_per_s", "#31a354", "simulator, calibrated on M = 1")):
+        sims = [(i, r[key]) for i, r in enumerate(rows) if key in r]
+        if sims:
+            ax.scatter(*zip(*sims, strict=True), color=color, zorder=3, label=label, s=18)
+    ax.legend(fontsize=7)
     ax.set_xticks(range(len(rows)), labels, fontsize=6, rotation=0)
     ax.set_ylabel("samples / s")
     ax.set_title(f"{model}, {image}x{image}, 2 ranks x 1 thread, gloo", fontsize=9)

@@ -356,6 +356,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         devices = [int(x) for x in args.devices.split(",") if x.strip()]
     except ValueError:
         raise InputError(f"--devices must be comma-separated integers, got {args.devices!r}") from None
+    if args.corun_slowdown <= 0 or args.overhead_ms < 0:
+        raise InputError("--corun-slowdown must be > 0 and --overhead-ms >= 0")
     prof = profile(cfg)
     P = cfg.pipeline.stages
     infos = stage_infos(prof, stage_bounds(cfg, prof))
@@ -368,7 +370,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             res = simulate(infos, schedule, cfg.pipeline.micro_batches, eta=max(eta, 2 if schedule == "master" else 1),
                            groups=n // P, micro_batch=cfg.train.batch_size // cfg.pipeline.micro_batches,
                            bandwidth=args.bandwidth * 1e9, latency=args.latency * 1e-6,
-                           allreduce_bandwidth=(args.allreduce_bandwidth or args.bandwidth) * 1e9)
+                           allreduce_bandwidth=(args.allreduce_bandwidth or args.bandwidth) * 1e9,
+                           corun_slowdown=args.corun_slowdown, update_overhead_s=args.overhead_ms * 1e-3)
             rows.append(res)
     if args.json:
         print(json.dumps([r.as_dict() for r in rows]))
@@ -404,6 +407,11 @@ def register(sub) -> None:
     s.add_argument("--allreduce-bandwidth", type=float, default=None, help="all-reduce bandwidth, GB/s "
                    "(default: --bandwidth)")
     s.add_argument("--latency", type=float, default=20.0, help="per-message latency, microseconds")
+    s.add_argument("--corun-slowdown", type=float, default=1.0,
+                   help="how much a stage's compute slows while the other ranks compute too (1 = separate "
+                        "devices; benchmarks/gems.py fits it on CPU runs)")
+    s.add_argument("--overhead-ms", type=float, default=0.0,
+                   help="fixed time per update outside the pipeline (optimizer step, loss reduction), ms")
     s.add_argument("--json", action="store_true", help="print JSON rows")
     s.set_defaults(func=cmd_simulate)
 

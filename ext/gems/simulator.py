@@ -15,7 +15,9 @@ bandwidth and latency.  The model follows the runtime (:mod:`.runtime`) action b
   it was sent, messages on one link one after another;
 * the update ends with a ring all-reduce of each rank's gradients over its copy group
   (``2 (g-1)/g x bytes / bandwidth + 2 (g-1) x latency``, ``g = 2D`` for MAST pairs, ``D``
-  otherwise); the ``D`` groups run identical pipelines, so one group is simulated.
+  otherwise); the ``D`` groups run identical pipelines, so one group is simulated;
+* a measured fixed time per update (``update_overhead_s``: batch slicing, the optimizer
+  step, the loss reduction) is added.
 
 Memory per rank = weights + gradients + optimizer state of the stages it holds, plus the
 peak over the update of stashed activations and posted receive buffers.
@@ -71,7 +73,7 @@ def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, 
              micro_batch: int = 1, bandwidth: float = 1e10, latency: float = 2e-5,
              allreduce_bandwidth: float | None = None, optimizer_states: int = 1,
              checkpoint_stages: Sequence[int] = (), keep_events: bool = False,
-             corun_slowdown: float = 1.0) -> SimResult:
+             corun_slowdown: float = 1.0, update_overhead_s: float = 0.0) -> SimResult:
     """Simulate one update (see the module docstring).
 
     Args:
@@ -83,15 +85,20 @@ def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, 
             independent devices). An action overlapped on average by ``b`` of the other ``P - 1``
             ranks' actions takes ``1 + (corun_slowdown - 1) * b / (P - 1)`` times its measured
             time; the overlaps come from the previous simulation, repeated to a fixed point.
+        update_overhead_s: measured fixed time per update outside the pipeline's actions and the
+            gradient all-reduce (slicing the batch, posting receives, the optimizer step, the loss
+            reduction); added to every update.
 
     Raises:
         ConfigError: an unknown schedule; InputError: no stages, or a non-positive size.
     """
     kw = dict(eta=eta, groups=groups, micro_batch=micro_batch, bandwidth=bandwidth, latency=latency,
               allreduce_bandwidth=allreduce_bandwidth, optimizer_states=optimizer_states,
-              checkpoint_stages=checkpoint_stages)
+              checkpoint_stages=checkpoint_stages, overhead=update_overhead_s)
     if corun_slowdown <= 0:
         raise InputError("simulate: corun_slowdown must be > 0")
+    if update_overhead_s < 0:
+        raise InputError("simulate: update_overhead_s must be >= 0")
     if corun_slowdown == 1.0 or len(stages) < 2:
         return _simulate_once(stages, schedule, micro_batches, keep_events=keep_events, scale=None, **kw)
     res = _simulate_once(stages, schedule, micro_batches, keep_events=True, scale=None, **kw)
@@ -135,7 +142,8 @@ def _corun_scale(events, P: int, slowdown: float) -> dict:
 
 
 def _simulate_once(stages, schedule, micro_batches, *, eta, groups, micro_batch, bandwidth, latency,
-                   allreduce_bandwidth, optimizer_states, checkpoint_stages, keep_events, scale) -> SimResult:
+                   allreduce_bandwidth, optimizer_states, checkpoint_stages, keep_events, scale,
+                   overhead=0.0) -> SimResult:
     if schedule not in ("gpipe", "mast", "master"):
         raise ConfigError(f"schedule {schedule!r}: must be gpipe, mast or master")
     P = len(stages)
@@ -243,7 +251,7 @@ def _simulate_once(stages, schedule, micro_batches, *, eta, groups, micro_batch,
         g = groups * (2 if mirror_pair else 1)
         nbytes = sum(stages[s].param_bytes for s in {stage_of(r, k) for k in range(K)})
         ar.append(0.0 if g == 1 else 2 * (g - 1) / g * nbytes / ar_bw + 2 * (g - 1) * latency)
-    step = max(f + a for f, a in zip(free, ar, strict=True))
+    step = max(f + a for f, a in zip(free, ar, strict=True)) + overhead
     res = SimResult(schedule, P, groups, M, eta, micro_batch, step, pipeline_s, max(ar), 0.0, peak,
                     sum(busy) / (P * step) if step > 0 else 0.0, events)
     res.samples_per_s = res.global_batch / step if step > 0 else float("inf")

@@ -48,6 +48,18 @@ def test_work_another_rank_waits_for_goes_first():
     assert res.busy_fraction == pytest.approx(1.0)
 
 
+def test_update_overhead_is_added_once_per_update():
+    """A fixed per-update time lengthens the update by exactly that much; a negative one is refused."""
+    from torchhpc.ext.core.errors import InputError
+
+    base = simulate(uniform(2), "mast", 2, bandwidth=1e9, latency=1e-4)
+    slow = simulate(uniform(2), "mast", 2, bandwidth=1e9, latency=1e-4, update_overhead_s=0.5)
+    assert slow.step_s == pytest.approx(base.step_s + 0.5)
+    assert slow.samples_per_s == pytest.approx(base.global_batch / (base.step_s + 0.5))
+    with pytest.raises(InputError, match="update_overhead_s"):
+        simulate(uniform(2), "mast", 2, update_overhead_s=-1.0)
+
+
 def test_corun_slowdown_stretches_only_overlapped_work():
     """A measured co-run slowdown leaves GPipe's non-overlapping actions alone and stretches MAST, where
     both ranks always compute at once, by the full factor; 1.0 is the plain model; <= 0 is refused."""
