@@ -14,7 +14,6 @@ A manual ``balance`` (blocks per stage) overrides the search.
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -90,40 +89,54 @@ def infer_shapes(blocks: Sequence[nn.Module], input_shape: Sequence[int]) -> lis
 def profile_blocks(blocks: Sequence[nn.Module], sample: torch.Tensor, repeats: int = 3) -> BlockProfile:
     """Time each block's forward and backward on ``sample`` (one micro-batch) and measure its memory.
 
-    Each block runs ``repeats + 1`` times (the first is a warm-up); the median time counts.
-    Gradients the profiling leaves on parameters are cleared.
+    The blocks run as one chain, as in training: a forward through all of them, then one backward,
+    ``repeats + 1`` times (the first is a warm-up); the median time of each block counts. A block's
+    backward runs from the moment the gradient of its output exists to the moment the gradient of its
+    input does (tensor hooks; the last block's from the call, the first block's to the end). Timing
+    each block alone on the same input instead keeps its data in cache and measured up to 40 % less
+    than the blocks took inside a pipeline stage. Gradients the profiling leaves on parameters are cleared.
     """
     n = len(blocks)
-    fwd, bwd, act, out_b, par = (np.zeros(n) for _ in range(5))
-    shapes = []
-    x = sample.detach()
+    fwd, bwd = np.zeros((repeats + 1, n)), np.zeros((repeats + 1, n))
+    params = [list(b.parameters()) for b in blocks]
+    meters = [SavedTensorMeter(p) for p in params]
     sync = torch.cuda.synchronize if sample.device.type == "cuda" else (lambda: None)
-    for i, block in enumerate(blocks):
-        params = list(block.parameters())
-        meter = SavedTensorMeter(params)
-        tf, tb = [], []
-        for _ in range(repeats + 1):
-            inp = x.detach().requires_grad_(i > 0)
+    outs: list[torch.Tensor] = []
+    for r in range(repeats + 1):
+        h = sample.detach()
+        outs = []
+        for i, block in enumerate(blocks):
             sync()
             t0 = time.perf_counter()
-            with meter.record():
-                out = block(inp)
+            with meters[i].record():
+                h = block(h)
             sync()
-            t1 = time.perf_counter()
-            out.backward(torch.ones_like(out))
-            sync()
-            tf.append(t1 - t0)
-            tb.append(time.perf_counter() - t1)
-        for p in params:
-            p.grad = None
-        fwd[i], bwd[i] = statistics.median(tf[1:]), statistics.median(tb[1:])
-        act[i] = meter.nbytes
-        out_b[i] = out.numel() * out.element_size()
-        par[i] = sum(p.numel() * p.element_size() for p in params)
-        shapes.append(tuple(out.shape))
-        x = out.detach()
-    return BlockProfile(sample.shape[0], fwd, bwd, act, out_b, par, shapes,
-                        sample.numel() * sample.element_size())
+            fwd[r, i] = time.perf_counter() - t0
+            outs.append(h)
+        grad_at = np.zeros(n + 1)  # grad_at[i]: when the gradient of block i's input exists
+
+        def stamp(i: int, at: np.ndarray = grad_at):
+            def hook(g: torch.Tensor) -> None:
+                sync()
+                at[i] = time.perf_counter()
+            return hook
+
+        for i in range(1, n):
+            outs[i - 1].register_hook(stamp(i))
+        sync()
+        grad_at[n] = time.perf_counter()
+        outs[-1].backward(torch.ones_like(outs[-1]))
+        sync()
+        grad_at[0] = time.perf_counter()
+        bwd[r] = grad_at[:n] - grad_at[1:]
+        for ps in params:
+            for p in ps:
+                p.grad = None
+    out_b = np.array([o.numel() * o.element_size() for o in outs], dtype=np.float64)
+    par = np.array([sum(p.numel() * p.element_size() for p in ps) for ps in params], dtype=np.float64)
+    act = np.array([m.nbytes for m in meters], dtype=np.float64)
+    return BlockProfile(sample.shape[0], np.median(fwd[1:], axis=0), np.median(bwd[1:], axis=0), act, out_b, par,
+                        [tuple(o.shape) for o in outs], sample.numel() * sample.element_size())
 
 
 def block_costs(profile: BlockProfile, balance_by: str = "time") -> np.ndarray:
