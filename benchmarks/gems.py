@@ -206,42 +206,6 @@ def measure_link(nbytes: int, rank: int, iters: int = 20) -> dict:
     return {"latency_s": latency, "bandwidth_Bps": big / max(one_way["big"] - latency, one_way["big"] / 2)}
 
 
-def measure_corun(a: dict, rank: int, iters: int = 6) -> dict:
-    """How much a stage's forward + backward slows while the other rank computes its own stage at the
-    same time: each rank alone (the other waits at a barrier), then both at once; medians of ``iters``."""
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch import nn
-
-    blocks = _blocks(a)
-    lo, hi = a["bounds"][rank]
-    with torch.no_grad():  # this stage's input: the earlier blocks applied to an image
-        x = torch.randn(a["mb"], 3, a["image"], a["image"])
-        for b in blocks[:lo]:
-            x = b(x)
-    mod = nn.Sequential(*blocks[lo:hi])
-    last = hi == len(blocks)
-    y = torch.zeros(a["mb"], dtype=torch.long)
-
-    def once() -> float:
-        t0 = time.perf_counter()
-        out = mod(x)
-        (F.cross_entropy(out, y) if last else out.sum()).backward()
-        return time.perf_counter() - t0
-
-    once()
-    solo = []
-    for turn in range(dist.get_world_size()):
-        dist.barrier()
-        if turn == rank:
-            solo = [once() for _ in range(iters)]
-        dist.barrier()
-    dist.barrier()
-    both = [once() for _ in range(iters)]
-    dist.barrier()
-    return {"solo_s": statistics.median(solo), "corun_s": statistics.median(both)}
-
-
 def worker(a: dict) -> None:
     import torch.distributed as dist
 
@@ -253,7 +217,6 @@ def worker(a: dict) -> None:
         res = {"rank": rank, "methods": {}}
         if a.get("link_bytes"):
             res["link"] = measure_link(a["link_bytes"], rank)
-            res["corun"] = measure_corun(a, rank)
         # one unrecorded pass first, so one-time set-up (thread pools, gloo buffers) is nobody's memory
         for i, method in enumerate([a["methods"][0], *a["methods"]]):
             name, M = method.rsplit("@", 1)
@@ -376,9 +339,6 @@ def main() -> None:
               f"(1-min load average {loads[-1][0]:.2f} before, {loads[-1][1]:.2f} after)", flush=True)
 
     link = runs[0][0]["link"]
-    # measured machine property: compute slowdown of a rank while the other computes too (1 = none)
-    corun = [r.get("corun") for r in runs[0]]
-    slowdown = (statistics.mean(c["corun_s"] / c["solo_s"] for c in corun) if all(corun) else 1.0)
     cal = _calibrate(runs, infos, link, args.micro_batch) if {"gpipe@1", "mast@1"} <= set(methods) else None
     rows = []
     for method in methods:
@@ -429,7 +389,7 @@ def main() -> None:
         row["vs_gems_gpipe"] = row["samples_per_s"] / ref[0]["samples_per_s"] if ref else None
     result = {"model": f"resnet_v2-{args.depth} width {args.width}", "image": args.image,
               "micro_batch": args.micro_batch, "stages": P, "bounds": bounds, "repeats": args.repeats,
-              "steps": args.steps, "link": link, "corun": corun, "corun_slowdown": slowdown,
+              "steps": args.steps, "link": link,
               "load_average_before_after": loads, "cpus": os.cpu_count(),
               "deepspeed_skipped": ds_reason, "rows": rows,
               "calibration": None if cal is None else {
@@ -438,8 +398,7 @@ def main() -> None:
               "stage_profile": [i.__dict__ for i in infos]}
     (out / "results.json").write_text(json.dumps(result, indent=2))
 
-    print(f"\nlink (gloo loopback ping-pong): {link['bandwidth_Bps'] / 1e9:.2f} GB/s, {link['latency_s'] * 1e6:.0f} us; "
-          f"co-run slowdown (a stage's compute while the other rank computes too): {slowdown:.2f}")
+    print(f"\nlink (gloo loopback ping-pong): {link['bandwidth_Bps'] / 1e9:.2f} GB/s, {link['latency_s'] * 1e6:.0f} us")
     if cal:
         st = ", ".join(f"stage {i.stage} {i.forward_s * 1e3:.1f} / {i.backward_s * 1e3:.1f} ms" for i in cal["stages"])
         print(f"calibrated on the M = 1 runs: forward / backward {st} (GPipe's actions); "

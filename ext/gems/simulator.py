@@ -80,7 +80,7 @@ def simulate(stages: Sequence[StageInfo], schedule: str, micro_batches: int, *, 
         stages: per-stage measurements for one micro-batch of ``micro_batch`` samples.
         schedule: ``gpipe``, ``mast`` or ``master``.
         bandwidth, allreduce_bandwidth: bytes per second; latency: seconds per message.
-        corun_slowdown: measured factor by which a stage's compute slows while every other rank
+        corun_slowdown: measured or fitted factor by which a stage's compute slows while every other rank
             of the group computes at the same time (ranks sharing cores or memory bandwidth; 1 =
             independent devices). An action overlapped on average by ``b`` of the other ``P - 1``
             ranks' actions takes ``1 + (corun_slowdown - 1) * b / (P - 1)`` times its measured

@@ -104,3 +104,31 @@ def test_scales_to_1024_devices_quickly():
     assert "1024" in simulation_table(rows)
     with pytest.raises(ConfigError):
         simulate(uniform(2), "zero-bubble", 1)
+
+
+def test_benchmark_calibration_recovers_known_machine_parameters():
+    """benchmarks/gems.py fits stage times, the per-update overhead and the co-run slowdown on the
+    one-micro-batch runs; fed runs made by the simulator with known values, it gives those values back."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "gems.py"
+    spec = importlib.util.spec_from_file_location("gems_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    true = [StageInfo(0, (0, 3), 0.012, 0.020, 1000, 10_000, 2_000_000),
+            StageInfo(1, (3, 7), 0.015, 0.027, 300_000, 20_000, 40)]
+    link = {"bandwidth_Bps": 1.5e9, "latency_s": 1e-4}
+    mast = simulate(true, "mast", 1, bandwidth=1.5e9, latency=1e-4, corun_slowdown=1.25, update_overhead_s=0.004)
+    spans = {f"{s.stage}{k}": [t] * 6 for s in true for k, t in (("F", s.forward_s), ("B", s.backward_s))}
+
+    def rank(tail):
+        return {"methods": {"gpipe@1": {"spans": spans, "head": [0.001] * 6, "tail": [tail] * 6},
+                            "mast@1": {"step_s": mast.step_s}}}
+
+    profile = [StageInfo(s.stage, s.blocks, 1.0, 1.0, s.param_bytes, s.activation_bytes, s.output_bytes)
+               for s in true]
+    cal = bench._calibrate([[rank(0.003), rank(0.009)]], profile, link, 1)
+    assert cal["overhead_s"] == pytest.approx(0.004)  # rank 0's head + the shorter tail
+    assert cal["corun_slowdown"] == pytest.approx(1.25, abs=0.01)
+    assert [(s.forward_s, s.backward_s) for s in cal["stages"]] == [(s.forward_s, s.backward_s) for s in true]
