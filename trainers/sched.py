@@ -11,6 +11,11 @@ stop when the approximate KL exceeds 1.5 × ``target_kl``, ``v_iters`` value ste
 γ = 1 and GAE λ = 0.97, so with the terminal reward every step's return is
 the sequence's −bsld.  Under torchrun each rank collects its share of the
 trajectories and gradients are averaged over ranks (gloo on CPU).
+
+``ppo.advantage=group`` (not in the paper) replaces the critic: ``ppo.group_size``
+trajectories schedule the same job window, and each one's advantage (at every
+step) is its reward minus the mean reward of the others in its group, so the
+difficulty of the window cancels and only the effect of the sampled actions is left.
 """
 
 from __future__ import annotations
@@ -83,9 +88,14 @@ class PPOOptions:
     v_iters: int = option(80, help="value steps per epoch", ge=0)
     target_kl: float = option(0.01, help="early stop when approx KL > 1.5 x this", gt=0)
     minibatch: int = option(0, help="samples per gradient step (0 = the full batch, as the paper)", ge=0)
+    advantage: str = option("gae", help="gae: a critic and GAE (the paper) | group: group_size trajectories "
+                            "schedule the same jobs and each one's advantage is its reward minus the mean of the "
+                            "others' rewards, with no critic (not in the paper)", choices=["gae", "group"])
+    group_size: int = option(4, help="advantage group: trajectories per job sequence", ge=2)
     imitate: str | None = option(None, help="warm start: behaviour-clone this heuristic first (not in the paper)")
     imitate_sequences: int = option(64, help="training sequences the heuristic demonstrates", ge=1)
     imitate_epochs: int = option(10, help="passes over the demonstrations", ge=1)
+    imitate_lr: float = option(1e-3, help="learning rate of the behaviour cloning", gt=0)
 
 
 @dataclass
@@ -130,6 +140,10 @@ class SchedConfig:
                 raise ConfigError(f"unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
         if self.env.filter_low >= self.env.filter_high:
             raise ConfigError("env.filter_low must be below env.filter_high")
+        P = self.ppo
+        if P.advantage == "group" and (P.trajectories % P.group_size or P.num_envs % P.group_size):
+            raise ConfigError(f"ppo.advantage=group needs ppo.trajectories ({P.trajectories}) and ppo.num_envs "
+                              f"({P.num_envs}) to be multiples of ppo.group_size ({P.group_size})")
 
 
 # ============================================================================ PPO
@@ -140,6 +154,35 @@ def build_trace(cfg: SchedConfig):
 
     t = cfg.trace
     return load_sched_trace(t.path, t.procs, t.generate_jobs, t.generate_seed, t.strict)
+
+
+class _Windows:
+    """Which job window each env schedules during one epoch's rollout.
+
+    With groups of ``G`` envs (``ppo.advantage=group``), env ``i`` with ``i % G == 0`` draws a window
+    and the next ``G - 1`` envs replay it; all of them take the same number of decisions, so a group
+    finishes together and its leader (the lowest index) is restarted first.
+    """
+
+    def __init__(self, envs, group_size: int) -> None:
+        self.envs, self.G = envs, group_size
+        self.start = [0] * len(envs)  # each env's current window
+        self.group = [0] * len(envs)  # each env's current group
+        self.starts: list[int] = []  # every window started this epoch
+        self.started = self.groups = 0
+
+    def begin(self, i: int) -> None:
+        if i % self.G == 0:
+            _, info = self.envs[i].reset()
+            self.group[i] = self.groups
+            self.groups += 1
+        else:
+            lead = i - i % self.G
+            _, info = self.envs[i].reset(options={"start": self.start[lead]})
+            self.group[i] = self.group[lead]
+        self.start[i] = info["start"]
+        self.starts.append(info["start"])
+        self.started += 1
 
 
 def train(cfg: SchedConfig, verbose: bool = True) -> dict:
@@ -155,6 +198,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         draw_validation_starts,
         evaluate_agent,
         evaluate_heuristic,
+        leave_one_out_advantage,
         log_ratio_reward,
         summarise,
     )
@@ -183,6 +227,10 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         )
         P = cfg.ppo
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
+        G = P.group_size if P.advantage == "group" else 1
+        if G > 1 and P.trajectories % (G * world):
+            raise ConfigError(f"ppo.trajectories ({P.trajectories}) must split into whole groups of "
+                              f"{G} on each of the {world} ranks")
         envs = [BatchSchedulingEnv(**env_kwargs) for _ in range(n_envs)]
         torch.manual_seed(cfg.seed)
         agent = SchedulingAgent(P.policy, cfg.env.queue_slots).to(device)
@@ -215,7 +263,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             demos = collect_demonstrations(trace, P.imitate, demo_starts, cfg.env.sequence_length,
                                            cfg.env.backfill, cfg.env.queue_slots, cfg.env.time_scale,
                                            cfg.env.metric)
-            bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=1e-3, seed=cfg.seed, device=device)
+            bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=P.imitate_lr, seed=cfg.seed, device=device)
             bc["seconds"] = round(time.time() - t_bc, 1)
             run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
             if verbose:
@@ -265,20 +313,19 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             # ---------------------------------------------------------------- rollout
             agent.eval()
             buf_q, buf_m, buf_a, buf_logp, buf_adv, buf_ret = [], [], [], [], [], []
-            ep_metrics, ep_starts = [], []
+            ep_metrics = []
             traj = [dict(q=[], m=[], a=[], logp=[], v=[]) for _ in envs]
             queue = np.zeros((n_envs, S, F), dtype=np.float32)
             mask = np.zeros((n_envs, S), dtype=np.int8)
             visible: list[list[int]] = [[] for _ in envs]
-            started = 0
             active = []
-            cur_start = [0] * n_envs
-            for i, env in enumerate(envs):
-                if started < per_rank:
-                    _, info = env.reset()
-                    ep_starts.append(info["start"])
-                    cur_start[i] = info["start"]
-                    started += 1
+            windows = _Windows(envs, G)
+            cur_start, ep_starts = windows.start, windows.starts
+            traj_group: list[int] = []  # per finished trajectory: its group (advantage=group)
+            traj_reward: list[float] = []
+            for i in range(n_envs):
+                if windows.started < per_rank:
+                    windows.begin(i)
                     visible[i] = env.observer.observe(env.sim, queue[i], mask[i])
                     env._visible = visible[i]
                     active.append(i)
@@ -304,6 +351,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                         v = np.asarray(tr["v"] + [0.0], dtype=np.float64)
                         r = np.zeros(len(tr["v"]), dtype=np.float64)
                         r[-1] = relative_reward(reward, info["metrics"], cur_start[i])
+                        traj_group.append(windows.group[i])
+                        traj_reward.append(r[-1])
                         delta = r + P.gamma * v[1:] - v[:-1]
                         adv = np.zeros_like(delta)
                         ret = np.zeros_like(delta)
@@ -320,11 +369,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                         buf_ret.append(ret.astype(np.float32))
                         ep_metrics.append(info["metrics"])
                         traj[i] = dict(q=[], m=[], a=[], logp=[], v=[])
-                        if started < per_rank:
-                            _, rinfo = env.reset()
-                            ep_starts.append(rinfo["start"])
-                            cur_start[i] = rinfo["start"]
-                            started += 1
+                        if windows.started < per_rank:
+                            windows.begin(i)
                         else:
                             continue
                     visible[i] = env.observer.observe(env.sim, queue[i], mask[i])
@@ -332,6 +378,9 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     still.append(i)
                 active = still
             t_roll = time.time() - t0
+            if G > 1:  # leave-one-out group baseline: every step of a trajectory gets the same advantage
+                adv_traj = leave_one_out_advantage(traj_reward, traj_group)
+                buf_adv = [np.full(len(a), adv_traj[k], dtype=np.float32) for k, a in enumerate(buf_a)]
             # ---------------------------------------------------------------- update
             agent.train()
             b_q = torch.from_numpy(np.concatenate(buf_q)).to(device)
@@ -376,7 +425,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                 if stop:
                     break
             loss_v = torch.tensor(0.0)
-            for _ in range(P.v_iters):
+            for _ in range(P.v_iters if G == 1 else 0):  # the group baseline needs no critic
                 for idx in batches():
                     loss_v = ((agent.value(b_q[idx], b_m[idx]) - b_ret[idx]) ** 2).mean()
                     v_opt.zero_grad()
@@ -386,7 +435,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             t_epoch = time.time() - t0
             # ---------------------------------------------------------------- log
             bsld = global_mean(float(np.mean([mm["bsld"] for mm in ep_metrics])), len(ep_metrics))
-            row = {"epoch": epoch + 1, "train_bsld": bsld, "pi_steps": pi_steps, "approx_kl": kl,
+            windows_seen = round(global_mean(float(len(set(ep_starts)))) * world)
+            row = {"epoch": epoch + 1, "train_bsld": bsld, "sequences": windows_seen, "pi_steps": pi_steps, "approx_kl": kl,
                    "loss_v": float(loss_v.detach()), "decisions": decisions * world,
                    "decisions_per_s": decisions / max(t_roll, 1e-9), "rollout_s": t_roll, "epoch_s": t_epoch}
             if cfg.env.metric != "bsld":

@@ -30,6 +30,27 @@ def log_ratio_reward(metric: str, ours: float, reference: float) -> float:
     return ratio if metric.startswith("util") else -ratio
 
 
+def leave_one_out_advantage(rewards: Sequence[float], groups: Sequence[int]) -> np.ndarray:
+    """Each trajectory's reward minus the mean reward of the other trajectories of its group.
+
+    The trajectories of a group schedule the same jobs, so the baseline removes how hard the sequence
+    is and leaves only what this trajectory's actions did (REINFORCE leave-one-out, Kool et al. 2019).
+
+    Raises:
+        ValueError: a group with fewer than two trajectories, or mismatched lengths.
+    """
+    r = np.asarray(rewards, dtype=np.float64)
+    g = np.asarray(groups, dtype=np.int64)
+    if r.shape != g.shape or r.ndim != 1:
+        raise ValueError(f"rewards {r.shape} and groups {g.shape} must be 1-D of the same length")
+    _, g = np.unique(g, return_inverse=True)
+    counts = np.bincount(g)
+    if (counts < 2).any():
+        raise ValueError("every group needs at least two trajectories")
+    sums = np.bincount(g, weights=r)
+    return r - (sums[g] - r) / (counts[g] - 1)
+
+
 def draw_starts(trace: SchedTrace, sequences: int, length: int, seed: int) -> list[int]:
     """``sequences`` window starts drawn uniformly from ``[length, J - length - 1)`` with ``seed``."""
     lo, hi = length, len(trace) - length - 1

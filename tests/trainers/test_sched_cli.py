@@ -75,6 +75,20 @@ def test_train_with_the_relative_reward(cli, tmp_path):
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
+def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, tmp_path):
+    """ppo.advantage=group: 8 trajectories in groups of 4 schedule 2 distinct job windows per epoch; a group
+    size that does not divide the trajectories is a one-line error."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=grp",
+              "--set", "run.progress=false", "--set", "ppo.advantage=group", "--set", "ppo.group_size=4"]
+    res = cli("sched", "train", *common)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "sched" / "grp" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["sequences"] for r in rows] == [2, 2] and all(r["pi_steps"] > 0 for r in rows)
+    res = cli("sched", "train", *common, "--set", "ppo.group_size=3")
+    assert res.returncode == 1 and "multiples of ppo.group_size (3)" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
     """With eval.validate the run keeps the checkpoint of its best held-out score, reports it, scores it on
     the test windows, and `sched eval` loads it unless --which last."""

@@ -144,3 +144,19 @@ def test_validation_windows_avoid_the_test_windows():
     # only [110, 150) and [210, 300) and [360, 400) are free: a 100-job window fits nowhere
     with pytest.raises(InputError, match="validate_length"):
         draw_validation_starts(t, 2, 100, seed=0, avoid=tests, avoid_length=60)
+
+
+def test_leave_one_out_advantage_removes_the_sequence_difficulty():
+    """Each trajectory's reward minus the mean of its group's other rewards: checked by hand, unchanged when a
+    group's rewards all shift (a harder sequence), zero-sum per group; a lone trajectory is an error."""
+    from torchhpc.ext.sched.evaluate import leave_one_out_advantage
+
+    r = [1.0, 2.0, 3.0, -10.0, -30.0]
+    g = [7, 7, 7, 2, 2]
+    adv = leave_one_out_advantage(r, g)
+    np.testing.assert_allclose(adv, [1 - 2.5, 2 - 2.0, 3 - 1.5, -10 + 30, -30 + 10])
+    shifted = leave_one_out_advantage([x + (100.0 if k < 3 else -5.0) for k, x in enumerate(r)], g)
+    np.testing.assert_allclose(shifted, adv)
+    assert abs(adv[:3].sum()) < 1e-12 and abs(adv[3:].sum()) < 1e-12
+    with pytest.raises(ValueError, match="at least two"):
+        leave_one_out_advantage([1.0, 2.0, 3.0], [0, 0, 1])
