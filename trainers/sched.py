@@ -585,7 +585,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from torchhpc.ext.core.errors import InputError
     from torchhpc.ext.core.runs import Run
-    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, summarise
+    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, summarise, windows_better
     from torchhpc.ext.sched.modules import SchedulingAgent
 
     ck = Path(args.checkpoint)
@@ -626,6 +626,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps(results))
     else:
         print(_table(results))
+        passes = "greedy" if args.greedy else f"mean of {args.samples} sampled pass(es) per window"
+        wins = ", ".join("{} {}/{}".format(h, *windows_better(rl_rows, rows)) for h, rows in per_seq.items()
+                         if h != "rl")
+        print(f"windows where RL ({passes}) has the lower bsld: {wins}")
         print(f"box plot: {png}")
     return 0
 

@@ -155,3 +155,21 @@ def evaluate_agent(
 def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
     """Mean of every metric over windows."""
     return {k: float(np.mean([r[k] for r in rows])) for k in METRICS}
+
+
+def windows_better(
+    ours: list[dict[str, float]], theirs: list[dict[str, float]], metric: str = "bsld"
+) -> tuple[int, int]:
+    """On how many windows ``ours`` beats ``theirs`` (``(wins, windows)``).
+
+    ``theirs`` has one row per window; ``ours`` has one or more passes over the same windows in the same
+    order (``k`` sampled passes: ``k * windows`` rows), averaged per window first. Lower is better except
+    for the utilisations.
+    """
+    w = len(theirs)
+    if w == 0 or len(ours) % w:
+        raise ValueError(f"{len(ours)} rows are not whole passes over {w} windows")
+    a = np.asarray([r[metric] for r in ours], dtype=np.float64).reshape(-1, w).mean(0)
+    b = np.asarray([r[metric] for r in theirs], dtype=np.float64)
+    better = a > b if metric.startswith("util") else a < b
+    return int(better.sum()), w

@@ -60,6 +60,9 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert set(out) == {"rl", "fcfs", "sjf", "f1"} and out["rl"]["bsld"] >= 1.0
+    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
+              "--length", "128", "--greedy")
+    assert res.returncode == 0 and "has the lower bsld: fcfs " in res.stdout and "/2" in res.stdout
     assert list(run.glob("eval_*.png"))
 
 

@@ -160,3 +160,17 @@ def test_leave_one_out_advantage_removes_the_sequence_difficulty():
     assert abs(adv[:3].sum()) < 1e-12 and abs(adv[3:].sum()) < 1e-12
     with pytest.raises(ValueError, match="at least two"):
         leave_one_out_advantage([1.0, 2.0, 3.0], [0, 0, 1])
+
+
+def test_windows_better_averages_passes_per_window():
+    """Two sampled passes over three windows are averaged per window before the comparison; util is maximised."""
+    from torchhpc.ext.sched.evaluate import windows_better
+
+    theirs = [{"bsld": 10.0, "util": 0.5}, {"bsld": 20.0, "util": 0.5}, {"bsld": 30.0, "util": 0.5}]
+    ours = [{"bsld": b, "util": u} for b, u in [(8, 0.6), (25, 0.4), (29, 0.4), (14, 0.6), (15, 0.7), (33, 0.5)]]
+    # per window: bsld 11, 20, 31 (none lower: 11 > 10, 20 = 20, 31 > 30); util 0.6, 0.55, 0.45
+    assert windows_better(ours, theirs) == (0, 3)
+    assert windows_better(ours, theirs, "util") == (2, 3)
+    assert windows_better(ours[:3], theirs) == (2, 3)
+    with pytest.raises(ValueError, match="whole passes"):
+        windows_better(ours[:4], theirs)
