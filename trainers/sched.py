@@ -76,7 +76,7 @@ class PPOOptions:
     """PPO (the paper's settings are the defaults)."""
 
     policy: str = option("kernel", help="kernel (RLScheduler) | flat (MLP baseline)", choices=["kernel", "flat"])
-    epochs: int = option(100, help="training epochs", ge=1)
+    epochs: int = option(100, help="training epochs (0 with `imitate`: keep the imitated policy only)", ge=0)
     trajectories: int = option(100, help="sequences per epoch, over all ranks", ge=1)
     num_envs: int = option(16, help="environments stepped together per rank", ge=1)
     gamma: float = option(1.0, help="discount", ge=0, le=1)
@@ -141,6 +141,8 @@ class SchedConfig:
         if self.env.filter_low >= self.env.filter_high:
             raise ConfigError("env.filter_low must be below env.filter_high")
         P = self.ppo
+        if P.epochs == 0 and not P.imitate:
+            raise ConfigError("ppo.epochs=0 trains nothing without ppo.imitate")
         if P.advantage == "group" and (P.trajectories % P.group_size or P.num_envs % P.group_size):
             raise ConfigError(f"ppo.advantage=group needs ppo.trajectories ({P.trajectories}) and ppo.num_envs "
                               f"({P.num_envs}) to be multiples of ppo.group_size ({P.group_size})")
@@ -305,6 +307,16 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             env.reset(seed=cfg.seed + 1000 * rank + i)
             if env_states is not None:
                 env.np_random.bit_generator.state = env_states[i]
+
+        def checkpoint_state(best: dict) -> dict:
+            return {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "env_rng": [env.np_random.bit_generator.state for env in envs],
+                    "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
+                    "best": best}
+
+        if P.epochs == 0 and start_epoch == 0:  # imitation only: keep that policy for `sched eval`
+            run.save_checkpoint(checkpoint_state(best), 0)
         last_eval: dict = {}
         t_train0 = time.time()
         epochs = range(start_epoch, P.epochs)
@@ -468,11 +480,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     best = {"epoch": epoch + 1, "value": val}
             run.log(epoch + 1, **row)
             # ---------------------------------------------------------------- checkpoint
-            state = {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
-                     "torch_rng": torch.get_rng_state(),
-                     "env_rng": [env.np_random.bit_generator.state for env in envs],
-                     "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
-                     "best": best}
+            state = checkpoint_state(best)
             if best.get("epoch") == epoch + 1:
                 run.save_checkpoint(state, epoch + 1, name="best", keep=1)  # rank 0 writes
             run.save_checkpoint(state, epoch + 1, shard=rank if world > 1 else None)

@@ -92,6 +92,22 @@ def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, tmp_p
     assert len(res.stderr.strip().splitlines()) == 1
 
 
+def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
+    """ppo.epochs=0 with ppo.imitate saves the behaviour-cloned policy as epoch 0 for `sched eval`; without
+    ppo.imitate it is a one-line error."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=bc",
+              "--set", "run.progress=false", "--set", "ppo.epochs=0"]
+    res = cli("sched", "train", *common, "--set", "ppo.imitate=f1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "bc"
+    assert json.loads((run / "summary.json").read_text())["imitation"]["accuracy"] > 0.3
+    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
+              "--length", "128", "--greedy")
+    assert res.returncode == 0 and "checkpoint: epoch 0" in res.stdout, res.stderr[-2000:]
+    res = cli("sched", "train", *common, "--set", "run.run_id=none")
+    assert res.returncode == 1 and "trains nothing without ppo.imitate" in res.stderr
+
+
 def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
     """With eval.validate the run keeps the checkpoint of its best held-out score, reports it, scores it on
     the test windows, and `sched eval` loads it unless --which last."""
