@@ -33,8 +33,9 @@ value clipped to ``[0, 1 - 1e-5]``:
 | 5 | group id / maximum (1 if unknown) |
 | 6 | executable id / maximum (1 if unknown) |
 | 7 | fits now: ``1 - 1e-5`` if the job fits the free processors, else ``1e-5`` |
+| 8 | only with ``prior=<heuristic>``: the job's rank under that heuristic now / ``queue_slots`` (0 = its pick) |
 
-Empty slots are ``[0, 1, 1, 1, 1, 1, 1, 0]`` with mask 0.
+Empty slots are ``[0, 1, 1, 1, 1, 1, 1, 0]`` (and rank 1) with mask 0.
 
 ## Rewards
 
@@ -60,7 +61,8 @@ Terminated when every job of the sequence has started; never truncated.
 ``procs``, ``backfill`` (``none``/``rlscheduler``/``easy``), ``metric``,
 ``sequence_length`` (256), ``queue_slots`` (128), ``job_slice``, ``filter_heuristic``,
 ``filter_range``, ``generate_jobs``, ``generate_seed``, ``time_scale`` (``linear`` as the paper,
-or ``log``: columns 0 and 1 become ``log1p(x) / log1p(max)``).
+or ``log``: columns 0 and 1 become ``log1p(x) / log1p(max)``), ``prior`` (a heuristic name: adds
+column 8, so that a policy can learn a correction to that heuristic; not in the paper).
 
 ## Version History
 
@@ -77,7 +79,7 @@ from gymnasium import spaces
 
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.sched.heuristics import make_key
-from torchhpc.ext.sched.observation import EMPTY_SLOT, JOB_FEATURES, QueueObserver
+from torchhpc.ext.sched.observation import QueueObserver
 from torchhpc.ext.sched.simulator import BACKFILL_MODES, METRICS, ClusterSimulator
 from torchhpc.ext.sched.swf import SchedTrace, load_sched_trace
 
@@ -101,6 +103,7 @@ class BatchSchedulingEnv(gym.Env):
         generate_jobs: int = 10_000,
         generate_seed: int = 0,
         time_scale: str = "linear",
+        prior: str | None = None,
     ) -> None:
         if backfill not in BACKFILL_MODES:
             raise InputError(f"backfill must be one of {', '.join(BACKFILL_MODES)}; got {backfill!r}")
@@ -122,7 +125,8 @@ class BatchSchedulingEnv(gym.Env):
         self.slots = queue_slots
         if time_scale not in ("linear", "log"):
             raise InputError(f"time_scale must be 'linear' or 'log'; got {time_scale!r}")
-        self.observer = QueueObserver(self.trace, queue_slots, time_scale)
+        self.observer = QueueObserver(self.trace, queue_slots, time_scale, prior)
+        features = self.observer.features
         self.filter_heuristic = filter_heuristic
         self.filter_range = tuple(filter_range)
         self._filter_cache: dict[int, float] = {}
@@ -130,11 +134,11 @@ class BatchSchedulingEnv(gym.Env):
         if filter_heuristic:
             make_key(filter_heuristic, self.sim)  # validates the name now
         self.observation_space = spaces.Dict({
-            "queue": spaces.Box(0.0, 1.0, (queue_slots, JOB_FEATURES), dtype=np.float32),
+            "queue": spaces.Box(0.0, 1.0, (queue_slots, features), dtype=np.float32),
             "action_mask": spaces.MultiBinary(queue_slots),
         })
         self.action_space = spaces.Discrete(queue_slots)
-        self._obs = np.zeros((queue_slots, JOB_FEATURES), dtype=np.float32)
+        self._obs = np.zeros((queue_slots, features), dtype=np.float32)
         self._mask = np.zeros(queue_slots, dtype=np.int8)
         self._visible: list[int] = []
 
@@ -190,7 +194,7 @@ class BatchSchedulingEnv(gym.Env):
     def step(self, action):
         reward, done, info = self.apply(action)
         if done:
-            obs = {"queue": np.tile(EMPTY_SLOT, (self.slots, 1)), "action_mask": np.zeros(self.slots, dtype=np.int8)}
+            obs = {"queue": np.tile(self.observer.empty_slot, (self.slots, 1)), "action_mask": np.zeros(self.slots, dtype=np.int8)}
             return obs, reward, True, False, info
         return self._observation(), reward, False, False, info
 
@@ -198,7 +202,7 @@ class BatchSchedulingEnv(gym.Env):
 class VecBatchScheduling:
     """``n`` scheduling envs stepped together, observations written into shared arrays.
 
-    ``reset()`` → ``(queue (n, slots, 8), mask (n, slots))``; ``step(actions (n,))`` →
+    ``reset()`` → ``(queue (n, slots, features), mask (n, slots))``; ``step(actions (n,))`` →
     ``(queue, mask, rewards (n,), dones (n,), infos)``; a finished env resets itself
     (its final metrics are in ``infos[i]["metrics"]``).  Seeds: env ``i`` uses ``seed + i``.
     """
@@ -210,7 +214,7 @@ class VecBatchScheduling:
         self.n = n
         self.seed = seed
         slots = base.slots
-        self.queue = np.zeros((n, slots, JOB_FEATURES), dtype=np.float32)
+        self.queue = np.zeros((n, slots, base.observer.features), dtype=np.float32)
         self.mask = np.zeros((n, slots), dtype=bool)
 
     def reset(self) -> tuple[np.ndarray, np.ndarray]:

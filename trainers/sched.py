@@ -66,6 +66,8 @@ class EnvOptions:
                          choices=["raw", "log_ratio"])
     reward_reference: str = option("f1", help="heuristic whose metric on the same sequence is the baseline of "
                                    "reward log_ratio")
+    prior: str | None = option(None, help="heuristic whose rank of each job the policy sees and corrects: the "
+                               "kernel policy starts as that heuristic (not in the paper)")
     filter_heuristic: str | None = option(None, help="trajectory filtering: reference heuristic (e.g. sjf)")
     filter_low: float = option(10.0, help="keep sequences whose reference bsld is above this")
     filter_high: float = option(150.0, help="... and below this")
@@ -134,13 +136,16 @@ class SchedConfig:
     def __post_init__(self) -> None:
         from torchhpc.ext.sched.heuristics import HEURISTICS
 
-        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate, self.env.reward_reference) if h]
+        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate, self.env.reward_reference,
+                             self.env.prior) if h]
         for h in [*self.eval.heuristics, *extra]:
             if h not in HEURISTICS:
                 raise ConfigError(f"unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
         if self.env.filter_low >= self.env.filter_high:
             raise ConfigError("env.filter_low must be below env.filter_high")
         P = self.ppo
+        if self.env.prior and P.policy != "kernel":
+            raise ConfigError("env.prior needs ppo.policy=kernel")
         if P.epochs == 0 and not P.imitate:
             raise ConfigError("ppo.epochs=0 trains nothing without ppo.imitate")
         if P.advantage == "group" and (P.trajectories % P.group_size or P.num_envs % P.group_size):
@@ -226,6 +231,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             trace=trace, backfill=cfg.env.backfill, metric=cfg.env.metric, sequence_length=cfg.env.sequence_length,
             queue_slots=cfg.env.queue_slots, job_slice=cfg.env.job_slice, filter_heuristic=cfg.env.filter_heuristic,
             filter_range=(cfg.env.filter_low, cfg.env.filter_high), time_scale=cfg.env.time_scale,
+            prior=cfg.env.prior,
         )
         P = cfg.ppo
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
@@ -235,7 +241,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                               f"{G} on each of the {world} ranks")
         envs = [BatchSchedulingEnv(**env_kwargs) for _ in range(n_envs)]
         torch.manual_seed(cfg.seed)
-        agent = SchedulingAgent(P.policy, cfg.env.queue_slots).to(device)
+        F = envs[0].observer.features
+        agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior)).to(device)
         pi_opt = torch.optim.Adam(agent.actor.parameters(), lr=P.pi_lr)
         v_opt = torch.optim.Adam(agent.critic.parameters(), lr=P.vf_lr)
         start_epoch = 0
@@ -264,7 +271,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             demo_starts = draw_starts(trace, P.imitate_sequences, cfg.env.sequence_length, cfg.seed + 12345)
             demos = collect_demonstrations(trace, P.imitate, demo_starts, cfg.env.sequence_length,
                                            cfg.env.backfill, cfg.env.queue_slots, cfg.env.time_scale,
-                                           cfg.env.metric)
+                                           cfg.env.metric, cfg.env.prior)
             bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=P.imitate_lr, seed=cfg.seed, device=device)
             bc["seconds"] = round(time.time() - t_bc, 1)
             run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
@@ -275,7 +282,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             for p in agent.parameters():
                 dist.broadcast(p.data, src=0)
         baseline_sim = ClusterSimulator(trace, cfg.env.backfill)
-        S, F = cfg.env.queue_slots, 8
+        S = cfg.env.queue_slots
         per_rank = P.trajectories // world + (1 if rank < P.trajectories % world else 0)
 
         def allreduce_grads(params):
@@ -313,6 +320,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     "torch_rng": torch.get_rng_state(),
                     "env_rng": [env.np_random.bit_generator.state for env in envs],
                     "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
+                    "prior": cfg.env.prior,
                     "best": best}
 
         if P.epochs == 0 and start_epoch == 0:  # imitation only: keep that policy for `sched eval`
@@ -467,13 +475,13 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                  for row in evaluate_agent(agent, trace, cfg.eval.starts, cfg.eval.length,
                                                            cfg.env.backfill, greedy=cfg.eval.greedy, seed=cfg.seed + k,
                                                            queue_slots=cfg.env.queue_slots, device=device,
-                                                           time_scale=cfg.env.time_scale)])
+                                                           time_scale=cfg.env.time_scale, prior=cfg.env.prior)])
                 row["eval_bsld"] = res["bsld"]
                 last_eval = res
             if val_starts and ((epoch + 1) % E.validate_every == 0 or final):
                 val = summarise(evaluate_agent(agent, trace, val_starts, E.validate_length, cfg.env.backfill,
                                                greedy=True, queue_slots=cfg.env.queue_slots, device=device,
-                                               time_scale=cfg.env.time_scale))[cfg.env.metric]
+                                               time_scale=cfg.env.time_scale, prior=cfg.env.prior))[cfg.env.metric]
                 row[f"val_{cfg.env.metric}"] = val
                 improved = not best or (val > best["value"] if maximise else val < best["value"])
                 if improved:
@@ -499,14 +507,15 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             if best and rank == 0:
                 loaded = run.load_checkpoint(name="best")
                 if loaded is not None:
-                    best_agent = SchedulingAgent(P.policy, cfg.env.queue_slots).to(device)
+                    best_agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior))
+                    best_agent = best_agent.to(device)
                     best_agent.load_state_dict(loaded[1]["agent"])
                     summary["eval"]["rl_best"] = summarise(
                         [row for k in range(1 if E.greedy else E.samples)
                          for row in evaluate_agent(best_agent, trace, E.starts, E.length, cfg.env.backfill,
                                                    greedy=E.greedy, seed=cfg.seed + k,
                                                    queue_slots=cfg.env.queue_slots, device=device,
-                                                   time_scale=cfg.env.time_scale)])
+                                                   time_scale=cfg.env.time_scale, prior=cfg.env.prior)])
             for h in cfg.eval.heuristics:
                 summary["eval"][h] = summarise(evaluate_heuristic(trace, h, cfg.eval.starts, cfg.eval.length,
                                                                   cfg.env.backfill))
@@ -615,7 +624,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"checkpoint: epoch {step}" + (f" (best held-out {state['best']['value']:.2f} at epoch "
                                              f"{state['best']['epoch']})" if state.get("best") else ""))
-    agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128))
+    prior = state.get("prior")
+    agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128), 8 + (prior is not None),
+                            prior=prior is not None)
     agent.load_state_dict(state["agent"])
     trace = _load_trace(args)
     starts, length = _starts(args, trace)
@@ -623,7 +634,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for k in range(1 if args.greedy else args.samples):
         rl_rows += evaluate_agent(agent, trace, starts, length, args.backfill, greedy=args.greedy, seed=args.seed + k,
                                   queue_slots=state.get("queue_slots", 128),
-                                  time_scale=state.get("time_scale", "linear"))
+                                  time_scale=state.get("time_scale", "linear"), prior=prior)
     per_seq = {"rl": rl_rows}
     for name in args.policy or ["fcfs", "sjf", "f1"]:
         per_seq[name] = evaluate_heuristic(trace, name, starts, length, args.backfill)

@@ -11,7 +11,7 @@ import torch
 from torchhpc.ext.core.errors import InputError
 
 from .heuristics import make_key
-from .observation import JOB_FEATURES, QueueObserver
+from .observation import QueueObserver
 from .simulator import METRICS, ClusterSimulator
 from .swf import SchedTrace
 
@@ -113,17 +113,18 @@ def evaluate_heuristic(
 def evaluate_agent(
     agent, trace: SchedTrace, starts: Sequence[int], length: int, backfill: str = "none", *,
     greedy: bool = False, seed: int = 0, queue_slots: int = 128, device: str | torch.device = "cpu",
-    time_scale: str = "linear",
+    time_scale: str = "linear", prior: str | None = None,
 ) -> list[dict[str, float]]:
     """Metrics of a trained agent on each window; all windows run in lock-step (one batched forward).
 
-    With ``greedy=False`` actions are sampled, as the paper evaluates its policy.
+    With ``greedy=False`` actions are sampled, as the paper evaluates its policy.  ``time_scale`` and
+    ``prior`` must be those the agent was trained with (they shape its observation).
     """
     check_windows(trace, starts, length)
-    observer = QueueObserver(trace, queue_slots, time_scale)
+    observer = QueueObserver(trace, queue_slots, time_scale, prior)
     sims = [ClusterSimulator(trace, backfill) for _ in starts]
     g = torch.Generator(device="cpu").manual_seed(seed)
-    queue = np.zeros((len(sims), queue_slots, JOB_FEATURES), dtype=np.float32)
+    queue = np.zeros((len(sims), queue_slots, observer.features), dtype=np.float32)
     mask = np.zeros((len(sims), queue_slots), dtype=np.int8)
     visible: list[list[int]] = []
     for i, (sim, s) in enumerate(zip(sims, starts, strict=True)):

@@ -16,26 +16,26 @@ import numpy as np
 import torch
 
 from .heuristics import make_key
-from .observation import JOB_FEATURES, QueueObserver
+from .observation import QueueObserver
 from .simulator import ClusterSimulator
 from .swf import SchedTrace
 
 
 def collect_demonstrations(
     trace: SchedTrace, heuristic: str, starts: Sequence[int], length: int, backfill: str = "none",
-    queue_slots: int = 128, time_scale: str = "linear", metric: str = "bsld",
+    queue_slots: int = 128, time_scale: str = "linear", metric: str = "bsld", prior: str | None = None,
 ) -> dict[str, np.ndarray]:
     """The heuristic's decisions on windows ``[s, s + length)``.
 
     Returns:
-        ``queue (N, slots, 8)``, ``mask (N, slots)`` bool, ``action (N,)`` slot indices and
+        ``queue (N, slots, features)``, ``mask (N, slots)`` bool, ``action (N,)`` slot indices and
         ``ret (N,)`` the episode's terminal reward (``-metric``) for every decision.
     """
-    observer = QueueObserver(trace, queue_slots, time_scale)
+    observer = QueueObserver(trace, queue_slots, time_scale, prior)
     sim = ClusterSimulator(trace, backfill)
     key = make_key(heuristic, sim)
     qs, ms, acts, rets = [], [], [], []
-    q = np.zeros((queue_slots, JOB_FEATURES), dtype=np.float32)
+    q = np.zeros((queue_slots, observer.features), dtype=np.float32)
     m = np.zeros(queue_slots, dtype=np.int8)
     for s in starts:
         sim.reset(int(s), length)

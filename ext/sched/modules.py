@@ -26,15 +26,31 @@ class KernelActor(nn.Module):
 
     Only the valid slots are evaluated (packed), so the cost follows the number of
     waiting jobs, not the number of slots; masked slots get :data:`MASKED_LOGIT`.
+
+    With ``prior_slots = S > 0`` (not in the paper) the last feature is a heuristic's rank of the job,
+    ``rank / S`` (see :class:`~torchhpc.ext.sched.observation.QueueObserver`), and the score is
+    ``MLP(x) - beta * rank``: a learned correction to the heuristic.  The MLP's last layer starts at
+    zero and ``beta`` at ``prior_beta``, so the untrained policy's greedy choice is the heuristic's and
+    a sampled choice follows it with probability about ``1 / (1 + e^-beta + e^-2beta + ...)``.
     """
 
-    def __init__(self, features: int = 8, hidden: tuple[int, ...] = (32, 16, 8)) -> None:
+    def __init__(self, features: int = 8, hidden: tuple[int, ...] = (32, 16, 8), prior_slots: int = 0,
+                 prior_beta: float = 3.0) -> None:
         super().__init__()
         self.score = mlp([features, *hidden, 1])
+        self.prior_slots = prior_slots
+        if prior_slots:
+            last = self.score[-1]
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
+            self.log_beta = nn.Parameter(torch.tensor(float(prior_beta)).log())
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         valid = mask.nonzero(as_tuple=True)
-        scores = self.score(queue[valid]).squeeze(-1)  # (V,) for the V valid slots
+        x = queue[valid]
+        scores = self.score(x).squeeze(-1)  # (V,) for the V valid slots
+        if self.prior_slots:
+            scores = scores - self.log_beta.exp() * (x[:, -1] * self.prior_slots)
         logits = queue.new_full(mask.shape, MASKED_LOGIT)
         return logits.index_put(valid, scores)
 
@@ -53,7 +69,7 @@ class KernelCritic(nn.Module):
         self.head = mlp([slots, 64, 32, 8, 1])
         if empty_slot is None:
             empty_slot = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.float32)[:features]
-        self.register_buffer("empty_slot", empty_slot.float(), persistent=False)
+        self.register_buffer("empty_slot", empty_slot.float()[:features], persistent=False)
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         valid = mask.nonzero(as_tuple=True)
@@ -92,12 +108,17 @@ class SchedulingAgent(nn.Module):
         slots, features: observation size ``(S, F)``.
     """
 
-    def __init__(self, kind: str = "kernel", slots: int = 128, features: int = 8) -> None:
+    def __init__(self, kind: str = "kernel", slots: int = 128, features: int = 8, prior: bool = False) -> None:
         super().__init__()
         self.kind = kind
+        if prior and kind != "kernel":
+            raise ValueError("a heuristic prior needs the kernel policy")
+        if prior and features < 2:
+            raise ValueError("a heuristic prior needs its rank as the last of at least two features")
         if kind == "kernel":
-            self.actor: nn.Module = KernelActor(features)
-            self.critic: nn.Module = KernelCritic(slots, features)
+            self.actor: nn.Module = KernelActor(features, prior_slots=slots if prior else 0)
+            empty = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0] + [1] * max(features - 8, 0), dtype=torch.float32)
+            self.critic: nn.Module = KernelCritic(slots, features, empty_slot=empty)
         elif kind == "flat":
             self.actor = FlatActor(slots, features)
             self.critic = FlatCritic(slots, features)

@@ -1,5 +1,9 @@
 """The agent's view of the wait queue: ``(slots, 8)`` normalised job features (RLScheduler's encoding).
 
+With ``prior=<heuristic>`` (not in the paper) a ninth column holds each visible job's rank under that
+heuristic's priority, ``rank / slots`` (0 = the job the heuristic would start), for policies that learn
+a correction to the heuristic (:class:`torchhpc.ext.sched.modules.KernelActor` with ``prior=True``).
+
 See the observation table in :mod:`torchhpc.envs.sched`.  ``time_scale="log"`` (not in the
 paper) maps the two time columns through ``log1p(x) / log1p(max)`` instead of ``x / max``: run
 times span five orders of magnitude, and on the linear scale most jobs' requested time is below
@@ -10,6 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from torchhpc.ext.core.errors import InputError
+
+from .heuristics import HEURISTICS, make_key
 from .simulator import ClusterSimulator
 from .swf import SchedTrace
 
@@ -22,9 +29,16 @@ EMPTY_SLOT = np.array([0, 1, 1, 1, 1, 1, 1, 0], dtype=np.float32)
 class QueueObserver:
     """Builds the ``(slots, 8)`` observation of a simulator's queue (vectorised over visible jobs)."""
 
-    def __init__(self, trace: SchedTrace, slots: int, time_scale: str = "linear") -> None:
+    def __init__(self, trace: SchedTrace, slots: int, time_scale: str = "linear", prior: str | None = None) -> None:
         if time_scale not in ("linear", "log"):
             raise ValueError(f"time_scale must be 'linear' or 'log', got {time_scale!r}")
+        if prior is not None:
+            if prior not in HEURISTICS:
+                raise InputError(f"unknown prior heuristic {prior!r} (available: {', '.join(HEURISTICS)})")
+        self.prior = prior
+        self.features = JOB_FEATURES + (prior is not None)
+        self.empty_slot = np.append(EMPTY_SLOT, np.float32(1.0))[: self.features]  # an empty slot ranks last
+        self._key: tuple[ClusterSimulator, object] | None = None  # (sim, the prior's key function over it)
         self.slots = slots
         self.log_time = time_scale == "log"
         self.submit = trace.submit
@@ -69,10 +83,10 @@ class QueueObserver:
         return chosen
 
     def observe(self, sim: ClusterSimulator, out: np.ndarray, mask: np.ndarray) -> list[int]:
-        """Fill ``out (slots, 8)`` and ``mask (slots,)``; returns the visible jobs."""
+        """Fill ``out (slots, features)`` and ``mask (slots,)``; returns the visible jobs."""
         jobs = self.visible(sim)
         k = len(jobs)
-        out[:] = EMPTY_SLOT
+        out[:] = self.empty_slot
         mask[:] = 0
         if k:
             idx = np.asarray(jobs)
@@ -81,4 +95,16 @@ class QueueObserver:
             out[:k, 1:7] = self.static[idx]
             out[:k, 7] = np.where(self.procs[idx] <= sim.free, _HI, 1e-5)
             mask[:k] = 1
+            if self.prior is not None:
+                out[:k, JOB_FEATURES] = self.prior_ranks(sim, jobs) / self.slots
         return jobs
+
+    def prior_ranks(self, sim: ClusterSimulator, jobs: list[int]) -> np.ndarray:
+        """Rank of each of ``jobs`` under the prior heuristic now (0 = its pick; ties keep slot order)."""
+        if self._key is None or self._key[0] is not sim:
+            self._key = (sim, make_key(self.prior, sim))
+        key, now = self._key[1], sim.now
+        order = sorted(range(len(jobs)), key=lambda i: key(jobs[i], now))
+        ranks = np.empty(len(jobs), dtype=np.float32)
+        ranks[order] = np.arange(len(jobs), dtype=np.float32)
+        return ranks

@@ -143,3 +143,30 @@ def test_long_queue_shows_the_interleaved_sjf_and_smallest_subset():
             checked += 1
         sim.schedule(max(sim.queue, key=lambda j: TRACE.procs[j]))  # a poor policy, so queues grow
     assert checked > 10
+
+
+def test_prior_column_ranks_the_jobs_as_the_heuristic_does():
+    """prior="f1" adds column 8: each visible job's F1 rank / slots, 0 for the job F1 starts; check_env passes."""
+    from torchhpc.ext.sched.heuristics import make_key
+
+    env = gym.make("torchhpc/BatchScheduling-v0", trace=TRACE, sequence_length=64, prior="f1").unwrapped
+    check_env(env)
+    assert env.observation_space["queue"].shape == (128, 9)
+    obs, _ = env.reset(seed=3)
+    key = make_key("f1", env.sim)
+    checked = 0
+    while True:
+        k = int(obs["action_mask"].sum())
+        ranks = obs["queue"][:k, 8] * 128
+        np.testing.assert_array_equal(np.sort(ranks), np.arange(k))  # a permutation of 0..k-1
+        now = env.sim.now
+        by_key = sorted(range(k), key=lambda i: key(env._visible[i], now))
+        np.testing.assert_array_equal(ranks[by_key], np.arange(k))
+        assert (obs["queue"][k:, 8] == 1.0).all()
+        checked += k > 1
+        obs, _, term, _, _ = env.step(int(ranks.argmin()))  # follow F1
+        if term:
+            break
+    assert checked > 10
+    with pytest.raises(InputError, match="unknown prior heuristic 'nope'"):
+        BatchSchedulingEnv(trace=TRACE, prior="nope")

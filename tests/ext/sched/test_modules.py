@@ -50,3 +50,28 @@ def test_flat_baseline_and_act():
     a, logp, v = agent.act(q, mask)
     assert a.shape == logp.shape == v.shape == (6,)
     assert bool(mask[torch.arange(6), a].all())
+
+
+def test_untrained_prior_policy_schedules_exactly_as_its_heuristic():
+    """With a heuristic prior the kernel policy starts as that heuristic: greedy metrics equal F1's on every
+    window, and it samples F1's pick most of the time; a prior on the flat policy is refused."""
+    import numpy as np
+    import pytest
+
+    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic
+    from torchhpc.ext.sched.lublin import generate_lublin
+
+    trace = generate_lublin(2000, seed=4).for_scheduling()
+    torch.manual_seed(0)
+    agent = SchedulingAgent("kernel", slots=128, features=9, prior=True)
+    starts = [300, 900, 1500]
+    ours = evaluate_agent(agent, trace, starts, 256, greedy=True, time_scale="log", prior="f1")
+    f1 = evaluate_heuristic(trace, "f1", starts, 256)
+    assert [r["bsld"] for r in ours] == [r["bsld"] for r in f1]
+    q = torch.zeros(1, 128, 9)
+    q[0, :5, 8] = torch.tensor([3, 0, 4, 1, 2]) / 128
+    with torch.no_grad():
+        p = agent.distribution(q, torch.arange(128)[None] < 5).probs[0, :5].numpy()
+    assert p.argmax() == 1 and 0.9 < p[1] < 0.99 and np.all(np.diff(p[[1, 3, 4, 0, 2]]) < 0)
+    with pytest.raises(ValueError, match="kernel policy"):
+        SchedulingAgent("flat", slots=128, features=9, prior=True)
