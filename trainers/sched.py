@@ -78,7 +78,7 @@ class PPOOptions:
     """PPO (the paper's settings are the defaults)."""
 
     policy: str = option("kernel", help="kernel (RLScheduler) | flat (MLP baseline)", choices=["kernel", "flat"])
-    epochs: int = option(100, help="training epochs (0 with `imitate`: keep the imitated policy only)", ge=0)
+    epochs: int = option(100, help="training epochs (0: keep the imitated or the untrained prior policy)", ge=0)
     trajectories: int = option(100, help="sequences per epoch, over all ranks", ge=1)
     num_envs: int = option(16, help="environments stepped together per rank", ge=1)
     gamma: float = option(1.0, help="discount", ge=0, le=1)
@@ -146,8 +146,8 @@ class SchedConfig:
         P = self.ppo
         if self.env.prior and P.policy != "kernel":
             raise ConfigError("env.prior needs ppo.policy=kernel")
-        if P.epochs == 0 and not P.imitate:
-            raise ConfigError("ppo.epochs=0 trains nothing without ppo.imitate")
+        if P.epochs == 0 and not (P.imitate or self.env.prior):
+            raise ConfigError("ppo.epochs=0 trains nothing without ppo.imitate or env.prior")
         if P.advantage == "group" and (P.trajectories % P.group_size or P.num_envs % P.group_size):
             raise ConfigError(f"ppo.advantage=group needs ppo.trajectories ({P.trajectories}) and ppo.num_envs "
                               f"({P.num_envs}) to be multiples of ppo.group_size ({P.group_size})")
@@ -323,7 +323,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     "prior": cfg.env.prior,
                     "best": best}
 
-        if P.epochs == 0 and start_epoch == 0:  # imitation only: keep that policy for `sched eval`
+        if P.epochs == 0 and start_epoch == 0:  # the imitated / untrained prior policy, for `sched eval`
             run.save_checkpoint(checkpoint_state(best), 0)
         last_eval: dict = {}
         t_train0 = time.time()

@@ -105,7 +105,7 @@ def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
               "--length", "128", "--greedy")
     assert res.returncode == 0 and "checkpoint: epoch 0" in res.stdout, res.stderr[-2000:]
     res = cli("sched", "train", *common, "--set", "run.run_id=none")
-    assert res.returncode == 1 and "trains nothing without ppo.imitate" in res.stderr
+    assert res.returncode == 1 and "trains nothing without ppo.imitate or env.prior" in res.stderr
 
 
 def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
