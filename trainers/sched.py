@@ -343,7 +343,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             cur_start, ep_starts = windows.start, windows.starts
             traj_group: list[int] = []  # per finished trajectory: its group (advantage=group)
             traj_reward: list[float] = []
-            for i in range(n_envs):
+            for i, env in enumerate(envs):
                 if windows.started < per_rank:
                     windows.begin(i)
                     visible[i] = env.observer.observe(env.sim, queue[i], mask[i])
