@@ -194,7 +194,8 @@ class BatchSchedulingEnv(gym.Env):
     def step(self, action):
         reward, done, info = self.apply(action)
         if done:
-            obs = {"queue": np.tile(self.observer.empty_slot, (self.slots, 1)), "action_mask": np.zeros(self.slots, dtype=np.int8)}
+            obs = {"queue": np.tile(self.observer.empty_slot, (self.slots, 1)),
+                   "action_mask": np.zeros(self.slots, dtype=np.int8)}
             return obs, reward, True, False, info
         return self._observation(), reward, False, False, info
 

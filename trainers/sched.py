@@ -604,6 +604,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from torchhpc.ext.core.runs import Run
     from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, summarise, windows_better
     from torchhpc.ext.sched.modules import SchedulingAgent
+    from torchhpc.ext.sched.observation import JOB_FEATURES
 
     ck = Path(args.checkpoint)
     if ck.is_dir():
@@ -625,8 +626,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"checkpoint: epoch {step}" + (f" (best held-out {state['best']['value']:.2f} at epoch "
                                              f"{state['best']['epoch']})" if state.get("best") else ""))
     prior = state.get("prior")
-    agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128), 8 + (prior is not None),
-                            prior=prior is not None)
+    agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128),
+                            JOB_FEATURES + (prior is not None), prior=prior is not None)
     agent.load_state_dict(state["agent"])
     trace = _load_trace(args)
     starts, length = _starts(args, trace)

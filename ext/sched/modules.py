@@ -67,8 +67,8 @@ class KernelCritic(nn.Module):
         super().__init__()
         self.per_job = mlp([features, *hidden, 1])
         self.head = mlp([slots, 64, 32, 8, 1])
-        if empty_slot is None:
-            empty_slot = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0], dtype=torch.float32)[:features]
+        if empty_slot is None:  # the observation's empty slot; a prior's rank column (feature 8) holds 1
+            empty_slot = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0] + [1] * max(features - 8, 0), dtype=torch.float32)
         self.register_buffer("empty_slot", empty_slot.float()[:features], persistent=False)
 
     def forward(self, queue: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -106,6 +106,7 @@ class SchedulingAgent(nn.Module):
     Args:
         kind: ``kernel`` (RLScheduler) or ``flat`` (MLP baseline).
         slots, features: observation size ``(S, F)``.
+        prior: the last feature is a heuristic's rank (``env.prior``); the kernel actor corrects it.
     """
 
     def __init__(self, kind: str = "kernel", slots: int = 128, features: int = 8, prior: bool = False) -> None:
@@ -113,12 +114,9 @@ class SchedulingAgent(nn.Module):
         self.kind = kind
         if prior and kind != "kernel":
             raise ValueError("a heuristic prior needs the kernel policy")
-        if prior and features < 2:
-            raise ValueError("a heuristic prior needs its rank as the last of at least two features")
         if kind == "kernel":
             self.actor: nn.Module = KernelActor(features, prior_slots=slots if prior else 0)
-            empty = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0] + [1] * max(features - 8, 0), dtype=torch.float32)
-            self.critic: nn.Module = KernelCritic(slots, features, empty_slot=empty)
+            self.critic: nn.Module = KernelCritic(slots, features)
         elif kind == "flat":
             self.actor = FlatActor(slots, features)
             self.critic = FlatCritic(slots, features)

@@ -90,6 +90,10 @@ def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, tmp_p
     res = cli("sched", "train", *common, "--set", "ppo.group_size=3")
     assert res.returncode == 1 and "multiples of ppo.group_size (3)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+    res = cli("sched", "train", *common, "--set", "env.prior=f1", "--set", "ppo.policy=flat")
+    assert res.returncode == 1 and "env.prior needs ppo.policy=kernel" in res.stderr
+    res = cli("sched", "train", *common, "--set", "env.prior=nope")
+    assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
 def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
@@ -142,12 +146,15 @@ def test_unknown_config_key_is_one_line(cli, tmp_path):
 
 
 @pytest.mark.distributed
-def test_torchrun_two_rollout_workers(tmp_path):
-    """torchrun with 2 workers trains the debug config with synchronised gradients and one run folder."""
+@pytest.mark.parametrize("extra", [[], ["--set", "ppo.advantage=group", "--set", "env.prior=f1"]],
+                         ids=["gae", "group-prior"])
+def test_torchrun_two_rollout_workers(tmp_path, extra):
+    """torchrun with 2 workers trains the debug config (critic + GAE, or the shipped config's group advantage
+    and F1 prior) with synchronised gradients and one run folder."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
-           "--set", "run.run_id=dist", "--set", "run.progress=false"]
+           "--set", "run.run_id=dist", "--set", "run.progress=false", *extra]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "dist"
