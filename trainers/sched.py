@@ -16,6 +16,11 @@ trajectories and gradients are averaged over ranks (gloo on CPU).
 trajectories schedule the same job window, and each one's advantage (at every
 step) is its reward minus the mean reward of the others in its group, so the
 difficulty of the window cancels and only the effect of the sampled actions is left.
+
+``ppo.kl_backtrack=K`` (not in the paper) makes the KL early stop a bound: the step
+that took the approximate KL past 1.5 × ``target_kl`` is halved up to K times until
+the KL is back under it, or undone. Without it that step is kept, and with a large
+``pi_lr`` one Adam step can reach a KL of 0.5 and start a collapse.
 """
 
 from __future__ import annotations
@@ -89,6 +94,9 @@ class PPOOptions:
     pi_iters: int = option(80, help="policy steps per epoch (max)", ge=1)
     v_iters: int = option(80, help="value steps per epoch", ge=0)
     target_kl: float = option(0.01, help="early stop when approx KL > 1.5 x this", gt=0)
+    kl_backtrack: int = option(0, help="when the step before the early stop took the approx KL past 1.5 x "
+                               "target_kl, halve that step up to this many times until the KL is within the "
+                               "limit, else undo it (0: keep the step, as the paper; not in the paper)", ge=0)
     minibatch: int = option(0, help="samples per gradient step (0 = the full batch, as the paper)", ge=0)
     advantage: str = option("gae", help="gae: a critic and GAE (the paper) | group: group_size trajectories "
                             "schedule the same jobs and each one's advantage is its reward minus the mean of the "
@@ -315,6 +323,24 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             if env_states is not None:
                 env.np_random.bit_generator.state = env_states[i]
 
+        def backtrack_step(params, before, kl_before, batch_kl, limit) -> tuple[float, float]:
+            """Shrink the last step (``before`` -> now) by halves until ``batch_kl()`` is within ``limit``;
+            undo it when ``ppo.kl_backtrack`` halvings are not enough. Returns (KL, fraction of the step kept)."""
+            after = [p.detach().clone() for p in params]
+            frac = 1.0
+            for _ in range(P.kl_backtrack):
+                frac /= 2
+                with torch.no_grad():
+                    for p, a, b in zip(params, before, after, strict=True):
+                        p.copy_(a + frac * (b - a))
+                kl = batch_kl()
+                if kl <= limit:
+                    return kl, frac
+            with torch.no_grad():
+                for p, a in zip(params, before, strict=True):
+                    p.copy_(a)
+            return kl_before, 0.0
+
         def checkpoint_state(best: dict) -> dict:
             return {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
                     "torch_rng": torch.get_rng_state(),
@@ -424,7 +450,16 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                 for s in range(0, n, mb):
                     yield perm[s:s + mb]
 
-            pi_steps, kl = 0, 0.0
+            pi_steps, kl, kl_before, step_kept = 0, 0.0, 0.0, 1.0
+            kl_limit = 1.5 * P.target_kl
+            params = list(agent.actor.parameters())
+            before_step = None  # the actor's weights before the last step (kl_backtrack)
+
+            def batch_kl(idx, q=b_q, m=b_m, a=b_a, logp_old=b_logp) -> float:
+                with torch.no_grad():
+                    logp = agent.distribution(q[idx], m[idx]).log_prob(a[idx])
+                return global_mean(float((logp_old[idx] - logp).mean()))
+
             stop = False
             for _ in range(P.pi_iters):
                 for idx in batches():
@@ -434,9 +469,14 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     adv = b_adv[idx]
                     loss_pi = -torch.min(ratio * adv, torch.clamp(ratio, 1 - P.clip, 1 + P.clip) * adv).mean()
                     kl = global_mean(float((b_logp[idx] - logp).detach().mean()))
-                    if kl > 1.5 * P.target_kl:
+                    if kl > kl_limit:
                         stop = True
+                        if P.kl_backtrack and before_step is not None:
+                            kl, step_kept = backtrack_step(params, before_step, kl_before,
+                                                           lambda idx=idx: batch_kl(idx), kl_limit)
                         break
+                    if P.kl_backtrack:
+                        before_step, kl_before = [p.detach().clone() for p in params], kl
                     pi_opt.zero_grad()
                     loss_pi.backward()
                     allreduce_grads(agent.actor.parameters())
@@ -457,6 +497,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             bsld = global_mean(float(np.mean([mm["bsld"] for mm in ep_metrics])), len(ep_metrics))
             windows_seen = round(global_mean(float(len(set(ep_starts)))) * world)
             row = {"epoch": epoch + 1, "train_bsld": bsld, "sequences": windows_seen, "pi_steps": pi_steps, "approx_kl": kl,
+                   "step_kept": step_kept,
                    "loss_v": float(loss_v.detach()), "decisions": decisions * world,
                    "decisions_per_s": decisions / max(t_roll, 1e-9), "rollout_s": t_roll, "epoch_s": t_epoch}
             if cfg.env.metric != "bsld":

@@ -96,6 +96,25 @@ def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, tmp_p
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
+def test_kl_backtrack_keeps_each_epoch_within_the_kl_limit(cli, tmp_path):
+    """With a learning rate far too large, the step before PPO's early stop overshoots the KL limit; with
+    ppo.kl_backtrack that step is halved (or undone) until the KL is back within 1.5 x target_kl."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false",
+              "--set", "ppo.epochs=3", "--set", "ppo.pi_lr=0.5", "--set", "ppo.target_kl=0.002"]
+    limit = 1.5 * 0.002
+
+    def rows(run_id, *extra):
+        res = cli("sched", "train", *common, "--set", f"run.run_id={run_id}", *extra)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return [json.loads(x) for x in (tmp_path / "sched" / run_id / "metrics.jsonl").read_text().splitlines()]
+
+    plain = rows("plain")
+    assert any(r["approx_kl"] > limit for r in plain)
+    guarded = rows("guard", "--set", "ppo.kl_backtrack=10")
+    assert all(r["approx_kl"] <= limit for r in guarded)
+    assert any(r["step_kept"] < 1 for r in guarded)
+
+
 def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
     """ppo.epochs=0 with ppo.imitate saves the behaviour-cloned policy as epoch 0 for `sched eval`; without
     ppo.imitate it is a one-line error."""
