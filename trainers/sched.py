@@ -643,7 +643,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from torchhpc.ext.core.errors import InputError
     from torchhpc.ext.core.runs import Run
-    from torchhpc.ext.sched.evaluate import evaluate_agent, evaluate_heuristic, summarise, windows_better
+    from torchhpc.ext.sched.evaluate import (
+        evaluate_agent,
+        evaluate_heuristic,
+        mean_ratio,
+        summarise,
+        windows_better,
+    )
     from torchhpc.ext.sched.modules import SchedulingAgent
     from torchhpc.ext.sched.observation import JOB_FEATURES
 
@@ -691,6 +697,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
         wins = ", ".join("{} {}/{}".format(h, *windows_better(rl_rows, rows)) for h, rows in per_seq.items()
                          if h != "rl")
         print(f"windows where RL ({passes}) has the lower bsld: {wins}")
+        for h, rows in per_seq.items():
+            if h != "rl" and len(starts) > 1:
+                r, lo, hi = mean_ratio(rl_rows, rows)
+                print(f"RL bsld / {h} bsld: {r:.3f} (95% paired bootstrap interval over the {len(starts)} "
+                      f"windows: {lo:.3f}-{hi:.3f})")
         print(f"box plot: {png}")
     return 0
 

@@ -63,6 +63,8 @@ def test_train_resume_and_eval(cli, tmp_path):
     res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
               "--length", "128", "--greedy")
     assert res.returncode == 0 and "has the lower bsld: fcfs " in res.stdout and "/2" in res.stdout
+    ratio = [x for x in res.stdout.splitlines() if x.startswith("RL bsld / f1 bsld: ")]
+    assert len(ratio) == 1 and "paired bootstrap interval over the 2 windows" in ratio[0]
     assert list(run.glob("eval_*.png"))
 
 

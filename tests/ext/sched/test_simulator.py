@@ -174,3 +174,24 @@ def test_windows_better_averages_passes_per_window():
     assert windows_better(ours[:3], theirs) == (2, 3)
     with pytest.raises(ValueError, match="whole passes"):
         windows_better(ours[:4], theirs)
+
+
+def test_mean_ratio_is_the_ratio_of_means_with_a_paired_bootstrap_interval():
+    """The ratio is mean(ours) / mean(theirs); the interval resamples windows in pairs, so a policy that is 10 %
+    better on every window of very different loads gets a tight interval at 0.9, and one that is better on
+    some windows and worse on others gets an interval across 1."""
+    from torchhpc.ext.sched.evaluate import mean_ratio
+
+    rng = np.random.default_rng(1)
+    load = rng.lognormal(5, 1.5, 40)  # window difficulty spans orders of magnitude
+    theirs = [{"bsld": x} for x in load]
+    r, lo, hi = mean_ratio([{"bsld": 0.9 * x} for x in load], theirs)
+    assert r == pytest.approx(0.9) and lo == pytest.approx(0.9) and hi == pytest.approx(0.9)
+    mixed = load * rng.choice([0.8, 1.25], size=load.size)
+    r, lo, hi = mean_ratio([{"bsld": x} for x in mixed], theirs)
+    assert r == pytest.approx(mixed.mean() / load.mean()) and lo < r < hi and lo < 1 < hi
+    # two passes are averaged per window first
+    r, _, _ = mean_ratio([{"bsld": 0.8 * x} for x in load] + [{"bsld": 1.0 * x} for x in load], theirs)
+    assert r == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="whole passes"):
+        mean_ratio(theirs[:3], theirs)
