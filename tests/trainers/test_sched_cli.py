@@ -167,11 +167,14 @@ def test_unknown_config_key_is_one_line(cli, tmp_path):
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("extra", [[], ["--set", "ppo.advantage=group", "--set", "env.prior=f1"]],
-                         ids=["gae", "group-prior"])
+@pytest.mark.parametrize("extra", [[], ["--set", "ppo.advantage=group", "--set", "env.prior=f1",
+                                         "--set", "ppo.kl_backtrack=8", "--set", "ppo.pi_lr=0.5",
+                                         "--set", "ppo.target_kl=0.002"]],
+                         ids=["gae", "group-prior-backtrack"])
 def test_torchrun_two_rollout_workers(tmp_path, extra):
     """torchrun with 2 workers trains the debug config (critic + GAE, or the shipped config's group advantage
-    and F1 prior) with synchronised gradients and one run folder."""
+    and F1 prior, with a step size that makes KL backtracking act) with synchronised gradients and one run
+    folder."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
@@ -187,3 +190,5 @@ def test_torchrun_two_rollout_workers(tmp_path, extra):
     w = [torch.load(run / "checkpoints" / f"ckpt-00000002.rank{r}.pt", weights_only=False)["state"]["agent"]
          for r in (0, 1)]
     assert all(torch.equal(w[0][k], w[1][k]) for k in w[0])
+    if "ppo.kl_backtrack=8" in extra:  # the ranks halved the same steps, on the KL averaged over both
+        assert any(r["step_kept"] < 1 for r in rows) and all(r["approx_kl"] <= 0.003 for r in rows)
