@@ -94,9 +94,9 @@ class PPOOptions:
     pi_iters: int = option(80, help="policy steps per epoch (max)", ge=1)
     v_iters: int = option(80, help="value steps per epoch", ge=0)
     target_kl: float = option(0.01, help="early stop when approx KL > 1.5 x this", gt=0)
-    kl_backtrack: int = option(0, help="when the step before the early stop took the approx KL past 1.5 x "
-                               "target_kl, halve that step up to this many times until the KL is within the "
-                               "limit, else undo it (0: keep the step, as the paper; not in the paper)", ge=0)
+    kl_backtrack: int = option(0, help="not in the paper: when a step took the approx KL past 1.5 x target_kl, "
+                               "halve it up to this many times until the KL is within that limit, else undo it "
+                               "(0: keep the step, as the paper does)", ge=0)
     minibatch: int = option(0, help="samples per gradient step (0 = the full batch, as the paper)", ge=0)
     advantage: str = option("gae", help="gae: a critic and GAE (the paper) | group: group_size trajectories "
                             "schedule the same jobs and each one's advantage is its reward minus the mean of the "
