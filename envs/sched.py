@@ -33,9 +33,12 @@ value clipped to ``[0, 1 - 1e-5]``:
 | 5 | group id / maximum (1 if unknown) |
 | 6 | executable id / maximum (1 if unknown) |
 | 7 | fits now: ``1 - 1e-5`` if the job fits the free processors, else ``1e-5`` |
-| 8 | only with ``prior=<heuristic>``: the job's rank under that heuristic now / ``queue_slots`` (0 = its pick) |
+| 8 | only with ``context=True``: start delay, the time until the job fits by the running jobs' requested ends (0 if it fits now), scaled as column 1 |
+| 9 | only with ``context=True``: free processors / machine size (every slot) |
+| 10 | only with ``context=True``: waiting jobs / ``queue_slots`` (every slot) |
+| last | only with ``prior=<heuristic>``: the job's rank under that heuristic now / ``queue_slots`` (0 = its pick) |
 
-Empty slots are ``[0, 1, 1, 1, 1, 1, 1, 0]`` (and rank 1) with mask 0.
+Empty slots are ``[0, 1, 1, 1, 1, 1, 1, 0]`` (then ``[1, 0, 0]`` with context, and rank 1) with mask 0.
 
 ## Rewards
 
@@ -62,7 +65,8 @@ Terminated when every job of the sequence has started; never truncated.
 ``sequence_length`` (256), ``queue_slots`` (128), ``job_slice``, ``filter_heuristic``,
 ``filter_range``, ``generate_jobs``, ``generate_seed``, ``time_scale`` (``linear`` as the paper,
 or ``log``: columns 0 and 1 become ``log1p(x) / log1p(max)``), ``prior`` (a heuristic name: adds
-column 8, so that a policy can learn a correction to that heuristic; not in the paper).
+a last column, so that a policy can learn a correction to that heuristic; not in the paper), ``context``
+(adds columns 8-10, the cluster's state as each job sees it; not in the paper).
 
 ## Version History
 
@@ -104,6 +108,7 @@ class BatchSchedulingEnv(gym.Env):
         generate_seed: int = 0,
         time_scale: str = "linear",
         prior: str | None = None,
+        context: bool = False,
     ) -> None:
         if backfill not in BACKFILL_MODES:
             raise InputError(f"backfill must be one of {', '.join(BACKFILL_MODES)}; got {backfill!r}")
@@ -125,7 +130,7 @@ class BatchSchedulingEnv(gym.Env):
         self.slots = queue_slots
         if time_scale not in ("linear", "log"):
             raise InputError(f"time_scale must be 'linear' or 'log'; got {time_scale!r}")
-        self.observer = QueueObserver(self.trace, queue_slots, time_scale, prior)
+        self.observer = QueueObserver(self.trace, queue_slots, time_scale, prior, context)
         features = self.observer.features
         self.filter_heuristic = filter_heuristic
         self.filter_range = tuple(filter_range)

@@ -73,6 +73,8 @@ class EnvOptions:
                                    "reward log_ratio")
     prior: str | None = option(None, help="heuristic whose rank of each job the policy sees and corrects: the "
                                "kernel policy starts as that heuristic (not in the paper)")
+    context: bool = option(False, help="the policy also sees each job's start delay, the free processors and the "
+                           "queue length (not in the paper)")
     filter_heuristic: str | None = option(None, help="trajectory filtering: reference heuristic (e.g. sjf)")
     filter_low: float = option(10.0, help="keep sequences whose reference bsld is above this")
     filter_high: float = option(150.0, help="... and below this")
@@ -239,7 +241,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             trace=trace, backfill=cfg.env.backfill, metric=cfg.env.metric, sequence_length=cfg.env.sequence_length,
             queue_slots=cfg.env.queue_slots, job_slice=cfg.env.job_slice, filter_heuristic=cfg.env.filter_heuristic,
             filter_range=(cfg.env.filter_low, cfg.env.filter_high), time_scale=cfg.env.time_scale,
-            prior=cfg.env.prior,
+            prior=cfg.env.prior, context=cfg.env.context,
         )
         P = cfg.ppo
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
@@ -250,7 +252,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         envs = [BatchSchedulingEnv(**env_kwargs) for _ in range(n_envs)]
         torch.manual_seed(cfg.seed)
         F = envs[0].observer.features
-        agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior)).to(device)
+        agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior),
+                                empty_slot=envs[0].observer.empty_slot).to(device)
         pi_opt = torch.optim.Adam(agent.actor.parameters(), lr=P.pi_lr)
         v_opt = torch.optim.Adam(agent.critic.parameters(), lr=P.vf_lr)
         start_epoch = 0
@@ -279,7 +282,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             demo_starts = draw_starts(trace, P.imitate_sequences, cfg.env.sequence_length, cfg.seed + 12345)
             demos = collect_demonstrations(trace, P.imitate, demo_starts, cfg.env.sequence_length,
                                            cfg.env.backfill, cfg.env.queue_slots, cfg.env.time_scale,
-                                           cfg.env.metric, cfg.env.prior)
+                                           cfg.env.metric, cfg.env.prior, cfg.env.context)
             bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=P.imitate_lr, seed=cfg.seed, device=device)
             bc["seconds"] = round(time.time() - t_bc, 1)
             run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
@@ -346,7 +349,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                     "torch_rng": torch.get_rng_state(),
                     "env_rng": [env.np_random.bit_generator.state for env in envs],
                     "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
-                    "prior": cfg.env.prior,
+                    "prior": cfg.env.prior, "context": cfg.env.context,
                     "best": best}
 
         if P.epochs == 0 and start_epoch == 0:  # the imitated / untrained prior policy, for `sched eval`
@@ -516,13 +519,15 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                  for row in evaluate_agent(agent, trace, cfg.eval.starts, cfg.eval.length,
                                                            cfg.env.backfill, greedy=cfg.eval.greedy, seed=cfg.seed + k,
                                                            queue_slots=cfg.env.queue_slots, device=device,
-                                                           time_scale=cfg.env.time_scale, prior=cfg.env.prior)])
+                                                           time_scale=cfg.env.time_scale, prior=cfg.env.prior,
+                                                           context=cfg.env.context)])
                 row["eval_bsld"] = res["bsld"]
                 last_eval = res
             if val_starts and ((epoch + 1) % E.validate_every == 0 or final):
                 val = summarise(evaluate_agent(agent, trace, val_starts, E.validate_length, cfg.env.backfill,
                                                greedy=True, queue_slots=cfg.env.queue_slots, device=device,
-                                               time_scale=cfg.env.time_scale, prior=cfg.env.prior))[cfg.env.metric]
+                                               time_scale=cfg.env.time_scale, prior=cfg.env.prior,
+                                                           context=cfg.env.context))[cfg.env.metric]
                 row[f"val_{cfg.env.metric}"] = val
                 improved = not best or (val > best["value"] if maximise else val < best["value"])
                 if improved:
@@ -548,7 +553,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             if best and rank == 0:
                 loaded = run.load_checkpoint(name="best")
                 if loaded is not None:
-                    best_agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior))
+                    best_agent = SchedulingAgent(P.policy, cfg.env.queue_slots, F, prior=bool(cfg.env.prior),
+                                                 empty_slot=envs[0].observer.empty_slot)
                     best_agent = best_agent.to(device)
                     best_agent.load_state_dict(loaded[1]["agent"])
                     summary["eval"]["rl_best"] = summarise(
@@ -556,7 +562,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                          for row in evaluate_agent(best_agent, trace, E.starts, E.length, cfg.env.backfill,
                                                    greedy=E.greedy, seed=cfg.seed + k,
                                                    queue_slots=cfg.env.queue_slots, device=device,
-                                                   time_scale=cfg.env.time_scale, prior=cfg.env.prior)])
+                                                   time_scale=cfg.env.time_scale, prior=cfg.env.prior,
+                                                           context=cfg.env.context)])
             for h in cfg.eval.heuristics:
                 summary["eval"][h] = summarise(evaluate_heuristic(trace, h, cfg.eval.starts, cfg.eval.length,
                                                                   cfg.env.backfill))
@@ -651,7 +658,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         windows_better,
     )
     from torchhpc.ext.sched.modules import SchedulingAgent
-    from torchhpc.ext.sched.observation import JOB_FEATURES
+    from torchhpc.ext.sched.observation import empty_slot, feature_count
 
     ck = Path(args.checkpoint)
     if ck.is_dir():
@@ -672,9 +679,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not args.json:
         print(f"checkpoint: epoch {step}" + (f" (best held-out {state['best']['value']:.2f} at epoch "
                                              f"{state['best']['epoch']})" if state.get("best") else ""))
-    prior = state.get("prior")
+    prior, context = state.get("prior"), bool(state.get("context", False))
     agent = SchedulingAgent(state.get("policy", "kernel"), state.get("queue_slots", 128),
-                            JOB_FEATURES + (prior is not None), prior=prior is not None)
+                            feature_count(prior is not None, context), prior=prior is not None,
+                            empty_slot=empty_slot(prior is not None, context))
     agent.load_state_dict(state["agent"])
     trace = _load_trace(args)
     starts, length = _starts(args, trace)
@@ -682,7 +690,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for k in range(1 if args.greedy else args.samples):
         rl_rows += evaluate_agent(agent, trace, starts, length, args.backfill, greedy=args.greedy, seed=args.seed + k,
                                   queue_slots=state.get("queue_slots", 128),
-                                  time_scale=state.get("time_scale", "linear"), prior=prior)
+                                  time_scale=state.get("time_scale", "linear"), prior=prior, context=context)
     per_seq = {"rl": rl_rows}
     for name in args.policy or ["fcfs", "sjf", "f1"]:
         per_seq[name] = evaluate_heuristic(trace, name, starts, length, args.backfill)

@@ -113,15 +113,15 @@ def evaluate_heuristic(
 def evaluate_agent(
     agent, trace: SchedTrace, starts: Sequence[int], length: int, backfill: str = "none", *,
     greedy: bool = False, seed: int = 0, queue_slots: int = 128, device: str | torch.device = "cpu",
-    time_scale: str = "linear", prior: str | None = None,
+    time_scale: str = "linear", prior: str | None = None, context: bool = False,
 ) -> list[dict[str, float]]:
     """Metrics of a trained agent on each window; all windows run in lock-step (one batched forward).
 
-    With ``greedy=False`` actions are sampled, as the paper evaluates its policy.  ``time_scale`` and
-    ``prior`` must be those the agent was trained with (they shape its observation).
+    With ``greedy=False`` actions are sampled, as the paper evaluates its policy.  ``time_scale``,
+    ``prior`` and ``context`` must be those the agent was trained with (they shape its observation).
     """
     check_windows(trace, starts, length)
-    observer = QueueObserver(trace, queue_slots, time_scale, prior)
+    observer = QueueObserver(trace, queue_slots, time_scale, prior, context)
     sims = [ClusterSimulator(trace, backfill) for _ in starts]
     g = torch.Generator(device="cpu").manual_seed(seed)
     queue = np.zeros((len(sims), queue_slots, observer.features), dtype=np.float32)

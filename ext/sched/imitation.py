@@ -24,6 +24,7 @@ from .swf import SchedTrace
 def collect_demonstrations(
     trace: SchedTrace, heuristic: str, starts: Sequence[int], length: int, backfill: str = "none",
     queue_slots: int = 128, time_scale: str = "linear", metric: str = "bsld", prior: str | None = None,
+    context: bool = False,
 ) -> dict[str, np.ndarray]:
     """The heuristic's decisions on windows ``[s, s + length)``.
 
@@ -31,7 +32,7 @@ def collect_demonstrations(
         ``queue (N, slots, features)``, ``mask (N, slots)`` bool, ``action (N,)`` slot indices and
         ``ret (N,)`` the episode's terminal reward (``-metric``) for every decision.
     """
-    observer = QueueObserver(trace, queue_slots, time_scale, prior)
+    observer = QueueObserver(trace, queue_slots, time_scale, prior, context)
     sim = ClusterSimulator(trace, backfill)
     key = make_key(heuristic, sim)
     qs, ms, acts, rets = [], [], [], []

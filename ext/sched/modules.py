@@ -107,16 +107,21 @@ class SchedulingAgent(nn.Module):
         kind: ``kernel`` (RLScheduler) or ``flat`` (MLP baseline).
         slots, features: observation size ``(S, F)``.
         prior: the last feature is a heuristic's rank (``env.prior``); the kernel actor corrects it.
+        empty_slot: ``(features,)`` the observation's empty slot (``QueueObserver.empty_slot``), for the
+            kernel critic; the default is ``[0, 1, 1, 1, 1, 1, 1, 0]`` then ones.
     """
 
-    def __init__(self, kind: str = "kernel", slots: int = 128, features: int = 8, prior: bool = False) -> None:
+    def __init__(self, kind: str = "kernel", slots: int = 128, features: int = 8, prior: bool = False,
+                 empty_slot=None) -> None:
         super().__init__()
         self.kind = kind
         if prior and kind != "kernel":
             raise ValueError("a heuristic prior needs the kernel policy")
         if kind == "kernel":
             self.actor: nn.Module = KernelActor(features, prior_slots=slots if prior else 0)
-            self.critic: nn.Module = KernelCritic(slots, features)
+            if empty_slot is not None:
+                empty_slot = torch.as_tensor(empty_slot, dtype=torch.float32)
+            self.critic: nn.Module = KernelCritic(slots, features, empty_slot=empty_slot)
         elif kind == "flat":
             self.actor = FlatActor(slots, features)
             self.critic = FlatCritic(slots, features)

@@ -3,6 +3,18 @@
 With ``prior=<heuristic>`` (not in the paper) a ninth column holds each visible job's rank under that
 heuristic's priority, ``rank / slots`` (0 = the job the heuristic would start), for policies that learn
 a correction to the heuristic (:class:`torchhpc.ext.sched.modules.KernelActor` with ``prior=True``).
+The rank is always the last column.
+
+With ``context=True`` (not in the paper) three columns follow column 7 (before the rank):
+
+* 8: the job's start delay: how long until enough processors are free for it, by the running jobs'
+  *requested* ends (0 if it fits now), scaled like the time columns.  Under ``backfill="none"`` the
+  whole cluster idles this long if the job is chosen, so it is the cost the fits-now bit only flags.
+* 9: free processors / machine size (the same in every slot).
+* 10: waiting jobs / ``slots``, clipped (the same in every slot).
+
+The kernel network scores each slot on its own; the two shared columns let the score depend on the
+cluster's load.
 
 See the observation table in :mod:`torchhpc.envs.sched`.  ``time_scale="log"`` (not in the
 paper) maps the two time columns through ``log1p(x) / log1p(max)`` instead of ``x / max``: run
@@ -23,21 +35,39 @@ from .swf import SchedTrace
 JOB_FEATURES = 8
 MAX_WAIT = 12 * 3600.0
 _HI = 1.0 - 1e-5
+CONTEXT_FEATURES = 3
 EMPTY_SLOT = np.array([0, 1, 1, 1, 1, 1, 1, 0], dtype=np.float32)
+
+
+def feature_count(prior: bool, context: bool) -> int:
+    """Columns of the observation: 8, plus 3 with ``context``, plus 1 (the rank, last) with a prior."""
+    return JOB_FEATURES + CONTEXT_FEATURES * bool(context) + bool(prior)
+
+
+def empty_slot(prior: bool, context: bool) -> np.ndarray:
+    """What an empty slot holds: ``[0, 1, 1, 1, 1, 1, 1, 0]``, then ``[1, 0, 0]`` with context, then rank 1."""
+    parts = [EMPTY_SLOT]
+    if context:
+        parts.append(np.array([1, 0, 0], dtype=np.float32))
+    if prior:
+        parts.append(np.ones(1, dtype=np.float32))
+    return np.concatenate(parts)
 
 
 class QueueObserver:
     """Builds the ``(slots, 8)`` observation of a simulator's queue (vectorised over visible jobs)."""
 
-    def __init__(self, trace: SchedTrace, slots: int, time_scale: str = "linear", prior: str | None = None) -> None:
+    def __init__(self, trace: SchedTrace, slots: int, time_scale: str = "linear", prior: str | None = None,
+                 context: bool = False) -> None:
         if time_scale not in ("linear", "log"):
             raise ValueError(f"time_scale must be 'linear' or 'log', got {time_scale!r}")
         if prior is not None:
             if prior not in HEURISTICS:
                 raise InputError(f"unknown prior heuristic {prior!r} (available: {', '.join(HEURISTICS)})")
         self.prior = prior
-        self.features = JOB_FEATURES + (prior is not None)
-        self.empty_slot = np.append(EMPTY_SLOT, np.float32(1.0))[: self.features]  # an empty slot ranks last
+        self.context = bool(context)
+        self.features = feature_count(prior is not None, self.context)
+        self.empty_slot = empty_slot(prior is not None, self.context)
         self._key: tuple[ClusterSimulator, object] | None = None  # (sim, the prior's key function over it)
         self.slots = slots
         self.log_time = time_scale == "log"
@@ -51,6 +81,8 @@ class QueueObserver:
 
         # the time-independent columns 1..6, precomputed for every job of the trace
         max_run = max(trace.max_run_time, 1.0)
+        self._time_norm = float(np.log1p(max_run)) if self.log_time else max_run
+        self.procs_total = total
         req = np.log1p(trace.req_time) / np.log1p(max_run) if self.log_time else trace.req_time / max_run
         self.static = np.stack([
             req,
@@ -95,9 +127,28 @@ class QueueObserver:
             out[:k, 1:7] = self.static[idx]
             out[:k, 7] = np.where(self.procs[idx] <= sim.free, _HI, 1e-5)
             mask[:k] = 1
+            if self.context:
+                c = JOB_FEATURES
+                delay = self.start_delay(sim, idx)
+                out[:k, c] = np.clip((np.log1p(delay) if self.log_time else delay) / self._time_norm, 0.0, _HI)
+                out[:k, c + 1] = min(sim.free / self.procs_total, _HI)
+                out[:k, c + 2] = min(len(sim.queue) / self.slots, _HI)
             if self.prior is not None:
-                out[:k, JOB_FEATURES] = self.prior_ranks(sim, jobs) / self.slots
+                out[:k, -1] = self.prior_ranks(sim, jobs) / self.slots
         return jobs
+
+    def start_delay(self, sim: ClusterSimulator, idx: np.ndarray) -> np.ndarray:
+        """Seconds until each job of ``idx`` fits, by the running jobs' requested ends (0 if it fits now)."""
+        need = self.procs[idx]
+        delay = np.zeros(len(idx), dtype=np.float64)
+        late = need > sim.free
+        if late.any() and sim.running:
+            run = np.asarray(sim.running, dtype=np.int64)  # rows: actual end, requested end, procs, job
+            order = np.argsort(run[:, 1], kind="stable")
+            freed = sim.free + np.cumsum(run[order, 2])
+            at = np.searchsorted(freed, need[late], side="left").clip(max=len(order) - 1)
+            delay[late] = np.maximum(run[order[at], 1] - sim.now, 0)
+        return delay
 
     def prior_ranks(self, sim: ClusterSimulator, jobs: list[int]) -> np.ndarray:
         """Rank of each of ``jobs`` under the prior heuristic now (0 = its pick; ties keep slot order)."""

@@ -170,3 +170,33 @@ def test_prior_column_ranks_the_jobs_as_the_heuristic_does():
     assert checked > 10
     with pytest.raises(InputError, match="unknown prior heuristic 'nope'"):
         BatchSchedulingEnv(trace=TRACE, prior="nope")
+
+
+def test_context_columns_give_start_delay_free_processors_and_queue_length():
+    """context=True: columns 8-10 against a by-hand release of the running jobs; the prior's rank stays last."""
+    env = BatchSchedulingEnv(trace=TRACE, sequence_length=300, time_scale="linear", prior="f1", context=True)
+    check_env(env)
+    assert env.observation_space["queue"].shape == (128, 12)
+    obs, _ = env.reset(seed=0, options={"start": 400})
+    sim = env.sim
+    checked_late = 0
+    for _ in range(120):
+        obs, *_ = env.step(int(np.argmin(np.where(obs["action_mask"] > 0, obs["queue"][:, -1], 2.0))))
+        q, visible = obs["queue"], env._visible
+        for slot, j in enumerate(visible):
+            need, free, delay = int(TRACE.procs[j]), sim.free, 0
+            if need > free:  # release running jobs one by one in order of their requested end
+                for _, req_end, p, _ in sorted(sim.running, key=lambda r: r[1]):
+                    free += p
+                    if free >= need:
+                        delay = max(req_end - sim.now, 0)
+                        break
+                checked_late += 1
+            assert q[slot, 8] == pytest.approx(min(delay / TRACE.max_run_time, 1 - 1e-5), rel=1e-5, abs=1e-7)
+            assert (q[slot, 8] > 0) <= (q[slot, 7] < 0.5)  # a delay only for jobs that do not fit now
+        k = len(visible)
+        assert np.allclose(q[:k, 9], min(sim.free / TRACE.procs_total, 1 - 1e-5))
+        assert np.allclose(q[:k, 10], min(len(sim.queue) / 128, 1 - 1e-5))
+        assert np.array_equal(q[:k, -1] * 128, env.observer.prior_ranks(sim, visible))
+        assert np.array_equal(q[k:], np.tile(env.observer.empty_slot, (128 - k, 1)))
+    assert checked_late > 100  # the window is busy enough that many jobs had to wait

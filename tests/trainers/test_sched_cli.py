@@ -133,6 +133,24 @@ def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
     assert res.returncode == 1 and "trains nothing without ppo.imitate or env.prior" in res.stderr
 
 
+def test_context_features_train_and_evaluate_from_the_checkpoint(cli, tmp_path):
+    """env.context=true (with the F1 prior) trains, records itself in the checkpoint, and `sched eval` rebuilds
+    the 12-column observation: the untrained prior policy schedules exactly as F1 does."""
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false",
+              "--set", "env.context=true", "--set", "env.prior=f1", "--set", "ppo.advantage=group"]
+    res = cli("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = cli("sched", "train", *common, "--set", "run.run_id=ctx0", "--set", "ppo.epochs=0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    for run_id in ("ctx", "ctx0"):
+        res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / run_id), "--generate-jobs", "3000",
+                  "--starts", "500,1500", "--length", "128", "--greedy", "--policy", "f1", "--json")
+        assert res.returncode == 0, res.stderr[-2000:]
+        out = json.loads(res.stdout.splitlines()[-1])
+        assert out["rl"]["bsld"] >= 1
+    assert out["rl"]["bsld"] == out["f1"]["bsld"]  # ctx0: untrained, so its greedy choice is F1's
+
+
 def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
     """With eval.validate the run keeps the checkpoint of its best held-out score, reports it, scores it on
     the test windows, and `sched eval` loads it unless --which last."""

@@ -68,6 +68,9 @@ def test_untrained_prior_policy_schedules_exactly_as_its_heuristic():
     ours = evaluate_agent(agent, trace, starts, 256, greedy=True, time_scale="log", prior="f1")
     f1 = evaluate_heuristic(trace, "f1", starts, 256)
     assert [r["bsld"] for r in ours] == [r["bsld"] for r in f1]
+    with_context = SchedulingAgent("kernel", slots=128, features=12, prior=True)  # the rank stays last
+    ours = evaluate_agent(with_context, trace, starts, 256, greedy=True, time_scale="log", prior="f1", context=True)
+    assert [r["bsld"] for r in ours] == [r["bsld"] for r in f1]
     q = torch.zeros(1, 128, 9)
     q[0, :5, 8] = torch.tensor([3, 0, 4, 1, 2]) / 128
     with torch.no_grad():
