@@ -4,6 +4,8 @@ In one run, on the same trace:
   * decisions/s of one env stepped through the Gymnasium API (random valid actions),
   * decisions/s of ``VecBatchScheduling`` (N envs in lock-step, shared observation arrays) against the
     anchor, Gymnasium's own ``SyncVectorEnv`` over the same N envs — the ratio is reported,
+  * the same with the optional observation columns: F1's rank (``prior``), and with it the cluster state
+    (``context``),
   * decisions/s of the whole rollout loop with the kernel policy choosing (batched forward),
   * heuristic sequences/s (SJF, 1024-job windows),
   * wall-clock of one PPO epoch (rollout and update split) of configs/sched/lublin1.yaml's settings.
@@ -76,6 +78,16 @@ def main() -> None:
     results["vector_env_decisions_per_s"] = n / (time.perf_counter() - t0)
     results["vector_over_gymnasium_sync"] = (results["vector_env_decisions_per_s"]
                                              / results["gymnasium_sync_vector_decisions_per_s"])
+
+    # -- the observation's optional columns: F1's rank (the shipped config) and the cluster state -----------
+    for name, extra in (("prior", {"prior": "f1"}), ("prior_context", {"prior": "f1", "context": True})):
+        vec_x = VecBatchScheduling(args.envs, seed=0, trace=trace, **extra)
+        q, m = vec_x.reset()
+        t0, n = time.perf_counter(), 0
+        while n < args.decisions:
+            q, m, *_ = vec_x.step(np.asarray([int(rng.choice(np.flatnonzero(row))) for row in m]))
+            n += args.envs
+        results[f"vector_env_{name}_decisions_per_s"] = n / (time.perf_counter() - t0)
 
     # -- with the policy choosing (batched forward) ------------------------------------------------
     agent = SchedulingAgent("kernel")

@@ -67,7 +67,7 @@ class KernelCritic(nn.Module):
         super().__init__()
         self.per_job = mlp([features, *hidden, 1])
         self.head = mlp([slots, 64, 32, 8, 1])
-        if empty_slot is None:  # the observation's empty slot; a prior's rank column (feature 8) holds 1
+        if empty_slot is None:  # the observation's without context columns; a prior's rank column holds 1
             empty_slot = torch.tensor([0, 1, 1, 1, 1, 1, 1, 0] + [1] * max(features - 8, 0), dtype=torch.float32)
         self.register_buffer("empty_slot", empty_slot.float()[:features], persistent=False)
 
