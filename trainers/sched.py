@@ -527,7 +527,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                 val = summarise(evaluate_agent(agent, trace, val_starts, E.validate_length, cfg.env.backfill,
                                                greedy=True, queue_slots=cfg.env.queue_slots, device=device,
                                                time_scale=cfg.env.time_scale, prior=cfg.env.prior,
-                                                           context=cfg.env.context))[cfg.env.metric]
+                                               context=cfg.env.context))[cfg.env.metric]
                 row[f"val_{cfg.env.metric}"] = val
                 improved = not best or (val > best["value"] if maximise else val < best["value"])
                 if improved:
@@ -563,7 +563,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                                    greedy=E.greedy, seed=cfg.seed + k,
                                                    queue_slots=cfg.env.queue_slots, device=device,
                                                    time_scale=cfg.env.time_scale, prior=cfg.env.prior,
-                                                           context=cfg.env.context)])
+                                                   context=cfg.env.context)])
             for h in cfg.eval.heuristics:
                 summary["eval"][h] = summarise(evaluate_heuristic(trace, h, cfg.eval.starts, cfg.eval.length,
                                                                   cfg.env.backfill))

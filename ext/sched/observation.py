@@ -1,6 +1,6 @@
 """The agent's view of the wait queue: ``(slots, 8)`` normalised job features (RLScheduler's encoding).
 
-With ``prior=<heuristic>`` (not in the paper) a ninth column holds each visible job's rank under that
+With ``prior=<heuristic>`` (not in the paper) one more column holds each visible job's rank under that
 heuristic's priority, ``rank / slots`` (0 = the job the heuristic would start), for policies that learn
 a correction to the heuristic (:class:`torchhpc.ext.sched.modules.KernelActor` with ``prior=True``).
 The rank is always the last column.
@@ -55,7 +55,7 @@ def empty_slot(prior: bool, context: bool) -> np.ndarray:
 
 
 class QueueObserver:
-    """Builds the ``(slots, 8)`` observation of a simulator's queue (vectorised over visible jobs)."""
+    """Builds the ``(slots, features)`` observation of a simulator's queue (vectorised over visible jobs)."""
 
     def __init__(self, trace: SchedTrace, slots: int, time_scale: str = "linear", prior: str | None = None,
                  context: bool = False) -> None:
