@@ -237,11 +237,12 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         run = Run("sched", cfg, root=cfg.run.root, run_id=run_id_list[0], resume=cfg.run.resume, rank=rank,
                   progress=cfg.run.progress)
         trace = build_trace(cfg)
+        # what shapes the observation: the same for the envs, evaluation, imitation and the checkpoint
+        obs = dict(time_scale=cfg.env.time_scale, prior=cfg.env.prior, context=cfg.env.context)
         env_kwargs = dict(
             trace=trace, backfill=cfg.env.backfill, metric=cfg.env.metric, sequence_length=cfg.env.sequence_length,
             queue_slots=cfg.env.queue_slots, job_slice=cfg.env.job_slice, filter_heuristic=cfg.env.filter_heuristic,
-            filter_range=(cfg.env.filter_low, cfg.env.filter_high), time_scale=cfg.env.time_scale,
-            prior=cfg.env.prior, context=cfg.env.context,
+            filter_range=(cfg.env.filter_low, cfg.env.filter_high), **obs,
         )
         P = cfg.ppo
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
@@ -267,6 +268,14 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             loaded = run.load_checkpoint(shard=rank if world > 1 else None)
             if loaded is not None:
                 start_epoch, state = loaded
+                saved = {"policy": P.policy, "queue_slots": cfg.env.queue_slots, **obs}
+                for k, now in saved.items():
+                    was = state.get(k, {"time_scale": "linear", "context": False}.get(k))
+                    if was != now:
+                        section = "ppo" if k == "policy" else "env"
+                        was, now = (v if isinstance(v, str) else json.dumps(v) for v in (was, now))
+                        raise ConfigError(f"run {run.run_id} was trained with {section}.{k}={was}; resume it with "
+                                          f"the same setting (not {now}) or start a new run")
                 agent.load_state_dict(state["agent"])
                 pi_opt.load_state_dict(state["pi_opt"])
                 v_opt.load_state_dict(state["v_opt"])
@@ -281,8 +290,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             t_bc = time.time()
             demo_starts = draw_starts(trace, P.imitate_sequences, cfg.env.sequence_length, cfg.seed + 12345)
             demos = collect_demonstrations(trace, P.imitate, demo_starts, cfg.env.sequence_length,
-                                           cfg.env.backfill, cfg.env.queue_slots, cfg.env.time_scale,
-                                           cfg.env.metric, cfg.env.prior, cfg.env.context)
+                                           cfg.env.backfill, cfg.env.queue_slots, metric=cfg.env.metric, **obs)
             bc = behaviour_clone(agent, demos, P.imitate_epochs, lr=P.imitate_lr, seed=cfg.seed, device=device)
             bc["seconds"] = round(time.time() - t_bc, 1)
             run.write_summary({"imitation": {"heuristic": P.imitate, **bc}})
@@ -348,8 +356,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             return {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
                     "torch_rng": torch.get_rng_state(),
                     "env_rng": [env.np_random.bit_generator.state for env in envs],
-                    "policy": P.policy, "queue_slots": cfg.env.queue_slots, "time_scale": cfg.env.time_scale,
-                    "prior": cfg.env.prior, "context": cfg.env.context,
+                    "policy": P.policy, "queue_slots": cfg.env.queue_slots, **obs,
                     "best": best}
 
         if P.epochs == 0 and start_epoch == 0:  # the imitated / untrained prior policy, for `sched eval`
@@ -519,15 +526,13 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                  for row in evaluate_agent(agent, trace, cfg.eval.starts, cfg.eval.length,
                                                            cfg.env.backfill, greedy=cfg.eval.greedy, seed=cfg.seed + k,
                                                            queue_slots=cfg.env.queue_slots, device=device,
-                                                           time_scale=cfg.env.time_scale, prior=cfg.env.prior,
-                                                           context=cfg.env.context)])
+                                                           **obs)])
                 row["eval_bsld"] = res["bsld"]
                 last_eval = res
             if val_starts and ((epoch + 1) % E.validate_every == 0 or final):
                 val = summarise(evaluate_agent(agent, trace, val_starts, E.validate_length, cfg.env.backfill,
                                                greedy=True, queue_slots=cfg.env.queue_slots, device=device,
-                                               time_scale=cfg.env.time_scale, prior=cfg.env.prior,
-                                               context=cfg.env.context))[cfg.env.metric]
+                                               **obs))[cfg.env.metric]
                 row[f"val_{cfg.env.metric}"] = val
                 improved = not best or (val > best["value"] if maximise else val < best["value"])
                 if improved:
@@ -562,8 +567,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                          for row in evaluate_agent(best_agent, trace, E.starts, E.length, cfg.env.backfill,
                                                    greedy=E.greedy, seed=cfg.seed + k,
                                                    queue_slots=cfg.env.queue_slots, device=device,
-                                                   time_scale=cfg.env.time_scale, prior=cfg.env.prior,
-                                                   context=cfg.env.context)])
+                                                   **obs)])
             for h in cfg.eval.heuristics:
                 summary["eval"][h] = summarise(evaluate_heuristic(trace, h, cfg.eval.starts, cfg.eval.length,
                                                                   cfg.env.backfill))

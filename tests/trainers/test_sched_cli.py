@@ -149,6 +149,11 @@ def test_context_features_train_and_evaluate_from_the_checkpoint(cli, tmp_path):
         out = json.loads(res.stdout.splitlines()[-1])
         assert out["rl"]["bsld"] >= 1
     assert out["rl"]["bsld"] == out["f1"]["bsld"]  # ctx0: untrained, so its greedy choice is F1's
+    # resuming with another observation is a one-line error, not a state_dict shape mismatch
+    res = cli("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=2",
+              "--set", "run.resume=true", "--set", "env.context=false")
+    assert res.returncode == 1 and "run ctx was trained with env.context=true; resume it with the same" in res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
