@@ -1,4 +1,9 @@
-"""The shared core every system stands on: errors, configs, run folders, device and distributed set-up.
+"""The shared core every system stands on.
+
+errors (one-line user errors), config (options as documented dataclasses, YAML), cli (flags and
+--help generated from those dataclasses; the end of every entry point), runs (run folders,
+atomic checkpoints, the run id agreed across torchrun ranks), dispatch (which backend runs),
+device and distributed (torchrun set-up), bench (the benchmark harness).
 
 Names are imported lazily, so that ``torchhpc --help`` and config checks do not pay for importing torch.
 """
@@ -15,7 +20,13 @@ _EXPORTS = {
     "pick_device": "device",
     "DistContext": "distributed", "distributed": "distributed", "init_distributed": "distributed",
     "launched_by_torchrun": "distributed", "teardown_distributed": "distributed",
-    "Run": "runs", "atomic_torch_save": "runs", "atomic_write_text": "runs",
+    "Run": "runs", "RunOptions": "runs", "agree": "runs", "atomic_torch_save": "runs", "atomic_write_text": "runs",
+    "open_run": "runs",
+    "ArgumentParser": "cli", "add_options": "cli", "config_command": "cli", "module_main": "cli",
+    "options_from_args": "cli", "run_main": "cli",
+    "check_backend": "dispatch", "numba_available": "dispatch", "resolve_backend": "dispatch",
+    "triton_available": "dispatch",
+    "Timing": "bench", "bar_plot": "bench", "time_interleaved": "bench", "write_results": "bench",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -56,6 +56,10 @@ def option(
     le: float | None = None,
     lt: float | None = None,
     choices: Sequence[Any] | None = None,
+    flag: str | None = None,
+    neg_flag: str | None = None,
+    positional: bool = False,
+    cli: bool = True,
 ) -> Any:
     """A documented, range-checked dataclass field.
 
@@ -64,8 +68,13 @@ def option(
         help: one line shown by ``torchhpc <system> ... --help`` and in error messages.
         ge, gt, le, lt: inclusive / exclusive bounds for numbers (checked on load).
         choices: the allowed values (checked on load).
+        flag: the command-line spelling (default ``--`` + the dotted key, ``_`` as ``-``).
+        neg_flag: for a bool, a second flag that sets it false (e.g. LASTZ's ``--nogapped``).
+        positional: a positional argument on the command line (e.g. an input file).
+        cli: ``False`` leaves the option out of the command line (file and ``--set`` only).
     """
-    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None}
+    meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None,
+            "flag": flag, "neg_flag": neg_flag, "positional": positional, "cli": cli}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -144,14 +153,17 @@ def _coerce(value: Any, tp: Any, where: str, key: str) -> Any:
             return int(value)
         raise ConfigError(f"{where}: key '{key}' must be an integer, got {value!r}")
     if tp is float:
+        number = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            number = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{where}: key '{key}' must be a number, got {value!r}")
+        if number is not None and math.isfinite(number):
+            return number
+        raise ConfigError(f"{where}: key '{key}' must be a finite number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
@@ -214,17 +226,46 @@ def _from_mapping(cls: type[T], data: Mapping[str, Any], where: str, prefix: str
 # ----------------------------------------------------------------------------- public API
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses a key written twice in one mapping (YAML would keep the last)."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            continue
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"key {key!r} appears twice (first on line {seen[key] + 1})", key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from ``path`` (an empty file is ``{}``).
 
     Raises:
-        ConfigError: the file is missing, is not valid YAML, or is not a mapping.
+        ConfigError: the file is missing or unreadable, is not UTF-8 text, is not valid YAML,
+            repeats a key, or is not a mapping.
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigError(f"{p}: config file not found")
+        raise ConfigError(f"{p}: config file not found" + (" (it is a folder)" if p.is_dir() else ""))
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not a YAML text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read config file ({exc.strerror})") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -256,17 +297,17 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def _check_override_path(cls: type, parts: list[str], item: str) -> None:
+def _check_override_path(cls: type, parts: list[str], label: str) -> None:
     """Fail early, naming the key, when an override's path does not exist in ``cls``."""
     tp: Any = cls
     for i, part in enumerate(parts):
         if not dataclasses.is_dataclass(tp):
-            raise ConfigError(f"--set {item}: '{'.'.join(parts[:i])}' is not a section")
+            raise ConfigError(f"{label}: '{'.'.join(parts[:i])}' is not a section")
         names = {f.name for f in dataclasses.fields(tp)}
         if part not in names:
             where = ".".join(parts[:i]) or "the top level"
             raise ConfigError(
-                f"--set {item}: unknown key '{'.'.join(parts[: i + 1])}' "
+                f"{label}: unknown key '{'.'.join(parts[: i + 1])}' "
                 f"(valid keys in {where}: {', '.join(sorted(names))})"
             )
         tp = typing.get_type_hints(tp)[part]
@@ -275,33 +316,42 @@ def _check_override_path(cls: type, parts: list[str], item: str) -> None:
             tp = inner[0] if inner else tp
 
 
-def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+Override = str | tuple[str, Sequence[str], Any]
+"""``"a.b=value"`` (``--set``), or ``(label, ["a", "b"], value)`` from a generated flag: errors name the label."""
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[Override] = ()) -> T:
     """Build ``cls`` from defaults, then the YAML file ``path``, then ``overrides``.
 
     Args:
         cls: the top-level config dataclass.
         path: a YAML file (``None`` = defaults only).
-        overrides: ``"a.b=value"`` strings, applied in order (``--set``).
+        overrides: ``"a.b=value"`` strings (``--set``) or ``(label, parts, value)`` triples (the
+            generated flags, see :mod:`torchhpc.ext.core.cli`), applied in order.
 
     Raises:
         ConfigError: missing file, invalid YAML, unknown key, wrong type or value out of range;
-            the message names the file (or ``--set``) and the dotted key.
+            the message names the file (or the flag) and the dotted key.
     """
     data = read_yaml(path) if path is not None else {}
     where = str(path) if path is not None else "<defaults>"
     if overrides:
-        # Overrides are validated on their own first so that the error names --set, not the file.
+        # Overrides are validated on their own first so that the error names the flag, not the file.
         for item in overrides:
-            parts, value = parse_override(item)
-            _check_override_path(cls, parts, item)
+            if isinstance(item, str):
+                parts, value = parse_override(item)
+                label = f"--set {item}"
+            else:
+                label, parts, value = item[0], list(item[1]), item[2]
+            _check_override_path(cls, parts, label)
             one: dict[str, Any] = {}
             node = one
             for p in parts[:-1]:
                 node = node.setdefault(p, {})
             node[parts[-1]] = value
-            _coerce_partial(cls, one, f"--set {item}")
+            _coerce_partial(cls, one, label)
             _merge(data, one)
-        where = f"{where} (with --set overrides)" if path is not None else "--set"
+        where = f"{where} (with command-line overrides)" if path is not None else "command line"
     return _from_mapping(cls, data, where)
 
 

@@ -20,6 +20,7 @@ shard (``save_checkpoint(..., shard=rank)``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -32,7 +33,7 @@ from typing import Any, BinaryIO
 import torch
 import yaml
 
-from .config import config_to_dict, dump_config
+from .config import config_to_dict, dump_config, option
 from .errors import InputError
 
 _CKPT_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)-(?P<step>\d{8})(?:\.rank(?P<shard>\d+))?\.pt$")
@@ -90,6 +91,16 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
 
 
 # ----------------------------------------------------------------------------- the run
+
+
+@dataclasses.dataclass
+class RunOptions:
+    """Where a job writes its run folder."""
+
+    root: str = option("runs", help="parent folder of all runs")
+    run_id: str | None = option(None, help="run folder name (default: a new timestamped id)")
+    resume: bool = option(False, help="continue run_id from its last checkpoint")
+    progress: bool = option(True, help="show progress bars (rank 0)")
 
 
 def new_run_id() -> str:
@@ -305,6 +316,40 @@ class Run:
         return f"Run({self.system!r}, dir={str(self.dir)!r})"
 
 
+def agree(value: Any, ctx: Any = None) -> Any:
+    """Rank 0's ``value`` on every rank (a broadcast; the value itself for a single process).
+
+    Args:
+        value: any picklable object; only rank 0's is used.
+        ctx: a :class:`~torchhpc.ext.core.distributed.DistContext` (``None``: single process).
+    """
+    if ctx is None or not getattr(ctx, "initialized", False):
+        return value
+    import torch.distributed as dist
+
+    box = [value if ctx.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def open_run(system: str, config: Any, options: RunOptions, ctx: Any = None) -> Run:
+    """The run folder of a job, with one run id agreed by every rank of a torchrun job.
+
+    Args:
+        system: the system's short name.
+        config: the resolved config (saved as ``config.yaml`` by rank 0).
+        options: the job's :class:`RunOptions`.
+        ctx: the job's :class:`~torchhpc.ext.core.distributed.DistContext` (``None``: one process).
+
+    Raises:
+        InputError: as :class:`Run`.
+    """
+    rank = getattr(ctx, "rank", 0) if ctx is not None else 0
+    run_id = agree(options.run_id or (new_run_id() if rank == 0 else None), ctx)
+    return Run(system, config, root=options.root, run_id=run_id, resume=options.resume, rank=rank,
+               progress=options.progress)
+
+
 def _pyplot():
     import matplotlib
 
@@ -332,6 +377,9 @@ def _jsonable(v: Any) -> Any:
 
 __all__ = [
     "Run",
+    "RunOptions",
+    "agree",
+    "open_run",
     "atomic_torch_save",
     "atomic_write_bytes",
     "atomic_write_text",

@@ -1,0 +1,297 @@
+"""Command lines generated from the config dataclasses, and the one way every entry point ends.
+
+The options of a system are defined once, as :func:`~torchhpc.ext.core.config.option` fields of
+the dataclasses in ``ext/<system>/config.py``.  :func:`add_options` turns such a tree into
+argparse flags (``--train.steps N``; a flat dataclass gives ``--steps N``), each listed by
+``--help`` with its default and its one-line doc; :func:`options_from_args` builds the dataclass
+from defaults < ``--config FILE`` < ``--set a.b=v`` < the flags, with the same checks and the same
+one-line errors as the YAML loader.  :func:`run_main` turns every
+:class:`~torchhpc.ext.core.errors.TorchHPCError` into one line on stderr and a non-zero exit, and
+:func:`module_main` is the whole body of a ``python -m`` / ``torchrun -m`` entry point::
+
+    p = sub.add_parser("train", help="...")
+    add_options(p, KrakenConfig, config_file=True)
+    p.set_defaults(func=lambda args: train(options_from_args(KrakenConfig, args)))
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+from .config import _MISSING, ConfigError, add_config_arguments, load_config
+from .errors import TorchHPCError
+
+OPTIONS_ATTR = "_torchhpc_options"
+"""Parser default that records which dataclass a command's flags come from (tests read it)."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line (``torchhpc X: error: ... (see --help)``), exit 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# ----------------------------------------------------------------------------- flags from dataclasses
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _leaf_fields(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, Any, str]]:
+    """``(dotted key, field, type, section help)`` for every leaf option of ``cls``, depth first."""
+    out = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        tp = hints[f.name]
+        inner = _unwrap_optional(tp)
+        if dataclasses.is_dataclass(inner):
+            out.extend(_leaf_fields(inner, prefix + f.name + "."))
+        else:
+            out.append((prefix + f.name, f, tp, cls.__doc__ or ""))
+    return out
+
+
+def option_flag(key: str, field: dataclasses.Field) -> str:
+    """The command-line flag of option ``key`` (its ``flag=`` or ``--`` + key with ``-`` for ``_``)."""
+    return field.metadata.get("flag") or "--" + key.replace("_", "-")
+
+
+def default_of(field: dataclasses.Field) -> Any:
+    """A field's default value (``None`` shown as ``null``; required fields as ``(required)``)."""
+    if field.default is not _MISSING:
+        return field.default
+    if field.default_factory is not _MISSING:
+        return field.default_factory()
+    return "(required)"
+
+
+def format_default(value: Any) -> str:
+    """A default as it would be typed on the command line (YAML flow style)."""
+    if isinstance(value, str) and value != "(required)":
+        return value if value else "''"
+    if isinstance(value, Path):
+        return str(value)
+    if value == "(required)":
+        return value
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def _metavar(tp: Any) -> str:
+    tp = _unwrap_optional(tp)
+    if typing.get_origin(tp) is Literal:
+        return "{" + ",".join(str(a) for a in typing.get_args(tp)) + "}"
+    if tp is int:
+        return "INT"
+    if tp is float:
+        return "FLOAT"
+    if tp is bool:
+        return "BOOL"
+    if typing.get_origin(tp) in (list, tuple) or tp in (list, tuple):
+        return "LIST"
+    if tp is Path:
+        return "PATH"
+    return "VALUE"
+
+
+def _is_bool(tp: Any) -> bool:
+    return _unwrap_optional(tp) is bool
+
+
+def add_options(
+    parser: argparse.ArgumentParser, cls: type, *, config_file: bool = False, default_config: str | None = None,
+) -> None:
+    """Add one flag per option of the dataclass tree ``cls`` (and ``--config``/``--set`` if asked).
+
+    Every flag is listed by ``--help`` with its default and its doc, grouped by section.  Flags take
+    one value, parsed as YAML (``--model.bottom [64,32]``); a bool flag alone means true
+    (``--run.resume``), and an option's ``neg_flag`` sets it false.  Flags left out keep the value
+    from the config file or the default: the parser itself has no defaults.
+
+    Args:
+        parser: the command's parser.
+        cls: the options dataclass (nested dataclasses become ``--section.key`` flags).
+        config_file: also add ``--config FILE`` and ``--set KEY=VALUE``.
+        default_config: the config file used when ``--config`` is not given.
+    """
+    if config_file:
+        add_config_arguments(parser, default=default_config)
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    groups: dict[str, Any] = {}
+    for key, f, tp, section_doc in _leaf_fields(cls):
+        meta = f.metadata
+        if not meta.get("cli", True):
+            continue
+        section = key.rpartition(".")[0]
+        if section not in groups:
+            doc = section_doc.strip().splitlines()[0] if section_doc.strip() and section else None
+            groups[section] = parser.add_argument_group(f"settings of {section}" if section else "settings", doc)
+        group = groups[section]
+        default = default_of(f)
+        help_text = (meta.get("help") or "").replace("%", "%%")
+        help_text = f"{help_text} (default: {format_default(default).replace('%', '%%')})"
+        dest = f"{_DEST}{key}"
+        if meta.get("positional"):
+            nargs = None if default == "(required)" else "?"
+            group.add_argument(dest, metavar=key.upper().replace(".", "_"), nargs=nargs, default=argparse.SUPPRESS,
+                               help=help_text)
+            continue
+        flag = option_flag(key, f)
+        names = [flag]
+        alt = "--" + key  # the underscore spelling of a hyphenated flag is accepted too
+        if alt != flag and not meta.get("flag"):
+            names.append(alt)
+        if _is_bool(tp):
+            group.add_argument(*names, dest=dest, nargs="?", const="true", metavar="BOOL",
+                               default=argparse.SUPPRESS, help=help_text)
+            if meta.get("neg_flag"):
+                group.add_argument(meta["neg_flag"], dest=dest, action="store_const", const="false",
+                                   default=argparse.SUPPRESS, help=f"set {flag} false")
+        else:
+            choices = meta.get("choices")
+            metavar = "{" + ",".join(map(str, choices)) + "}" if choices else _metavar(tp)
+            group.add_argument(*names, dest=dest, metavar=metavar, default=argparse.SUPPRESS, help=help_text)
+    parser.set_defaults(**{OPTIONS_ATTR: cls})
+
+
+_DEST = "opt:"
+
+
+def flag_overrides(cls: type, args: argparse.Namespace) -> list[tuple[str, list[str], Any]]:
+    """The flags given on the command line as ``(flag, key parts, value)`` overrides.
+
+    A string or path option takes the text as typed (``--seed 0110`` stays ``"0110"``); other values
+    are read as YAML (``--model.bottom [64,32]``, ``--tables.ttl 5``, ``--device.threads null``).
+    """
+    leaves = {key: (f, tp) for key, f, tp, _ in _leaf_fields(cls)}
+    out = []
+    for name, raw in vars(args).items():
+        if not name.startswith(_DEST):
+            continue
+        key = name[len(_DEST):]
+        f, tp = leaves[key]
+        label = key.upper().replace(".", "_") if f.metadata.get("positional") else option_flag(key, f)
+        inner = _unwrap_optional(tp)
+        optional = inner is not tp
+        if not isinstance(raw, str):
+            value = raw
+        elif inner in (str, Path) and not (optional and raw in ("null", "~")):
+            value = raw
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else raw
+            except yaml.YAMLError:
+                value = raw
+        out.append((label, key.split("."), value))
+    return out
+
+
+def options_from_args(cls: type, args: argparse.Namespace) -> Any:
+    """Build ``cls``: defaults < ``--config`` file < ``--set`` < flags, all checked.
+
+    Raises:
+        ConfigError: as :func:`~torchhpc.ext.core.config.load_config`; flags are named as typed.
+    """
+    path = getattr(args, "config", None)
+    overrides: list[Any] = list(getattr(args, "overrides", []) or [])
+    overrides.extend(flag_overrides(cls, args))
+    return load_config(cls, path, overrides)
+
+
+def describe_flags(cls: type) -> list[tuple[str, str, str]]:
+    """``(flag, default as shown, help)`` for every command-line option of ``cls`` (for tests/docs)."""
+    rows = []
+    for key, f, _tp, _ in _leaf_fields(cls):
+        if not f.metadata.get("cli", True):
+            continue
+        flag = key.upper().replace(".", "_") if f.metadata.get("positional") else option_flag(key, f)
+        rows.append((flag, format_default(default_of(f)), f.metadata.get("help", "")))
+    return rows
+
+
+# ----------------------------------------------------------------------------- running a command
+
+
+def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str = "torchhpc") -> int:
+    """Call ``fn(args)``; user errors become one line on stderr and exit status 1 (2 for usage)."""
+    debug = getattr(args, "debug", False) or os.environ.get("TORCHHPC_DEBUG") == "1"
+    try:
+        return int(fn(args) or 0)
+    except TorchHPCError as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # output piped into `head` or similar: stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        return 0
+    except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as exc:
+        if debug:
+            raise
+        print(f"{prog}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a full disk, a device error: name the file when there is one
+        if debug:
+            raise
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def module_main(
+    build: Callable[[], argparse.ArgumentParser], fn: Callable[[argparse.Namespace], int | None],
+    argv: Sequence[str] | None = None,
+) -> int:
+    """``python -m torchhpc.trainers.<job>`` / torchrun entry: parse ``argv``, then :func:`run_main`."""
+    parser = build()
+    args = parser.parse_args(argv)
+    return run_main(fn, args, parser.prog)
+
+
+def config_command(
+    sub: Any, name: str, cls: type, fn: Callable[[Any], Any], *, help: str, description: str | None = None,
+    config_file: bool = False, default_config: str | None = None,
+) -> argparse.ArgumentParser:
+    """Add subcommand ``name`` whose every option comes from ``cls``; it calls ``fn(config)``.
+
+    ``fn`` receives the built dataclass; its return value (an int, or ``None`` for 0) is the exit status.
+    """
+    p = sub.add_parser(name, help=help, description=description or help,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(p, cls, config_file=config_file, default_config=default_config)
+    p.set_defaults(func=lambda args: fn(options_from_args(cls, args)))
+    return p
+
+
+def job_parser(prog: str, cls: type, description: str | None = None, **kwargs: Any) -> ArgumentParser:
+    """A stand-alone parser (``python -m`` / ``torchrun -m`` entry) whose options come from ``cls``."""
+    p = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(p, cls, **kwargs)
+    return p
+
+
+__all__ = [
+    "ArgumentParser", "ConfigError", "OPTIONS_ATTR", "add_options", "config_command", "describe_flags",
+    "flag_overrides", "job_parser", "module_main", "option_flag", "options_from_args", "run_main",
+]

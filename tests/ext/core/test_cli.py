@@ -1,0 +1,107 @@
+"""The command line generated from config dataclasses: flags, --help, precedence and one-line errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from torchhpc.ext.core.cli import ArgumentParser, add_options, describe_flags, options_from_args, run_main
+from torchhpc.ext.core.config import option
+from torchhpc.ext.core.errors import ConfigError
+
+
+@dataclass
+class Optim:
+    """Optimizer settings."""
+
+    lr: float = option(3e-4, help="learning rate (100% of it)", gt=0)
+    kind: str = option("adam", help="update rule", choices=["adam", "sgd"])
+
+
+@dataclass
+class Job:
+    """A job."""
+
+    target: str = option(help="input file", positional=True)
+    optim: Optim = option(default_factory=Optim, help="optimizer")
+    epochs: int = option(10, help="passes over the data", ge=1)
+    gapped: bool = option(True, help="run the gapped stage", neg_flag="--nogapped")
+    max_hits: int = option(5, help="hits per batch", ge=1)
+    seed: str = option("12of19", help="seed pattern")
+    bottom: list[int] = option(default_factory=lambda: [64], help="layer sizes")
+    out: str | None = option(None, help="output file")
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="job")
+    add_options(p, Job, config_file=True)
+    return p
+
+
+def test_help_lists_every_option_with_default():
+    """--help shows each option's flag, its default and its doc line."""
+    text = _parser().format_help()
+    for flag, default, doc in describe_flags(Job):
+        assert flag in text, flag
+        assert f"(default: {default})" in text, (flag, default)
+        assert doc.split(" (")[0] in text
+    assert "--optim.lr" in text and "(default: 0.0003)" in text and "--nogapped" in text
+
+
+def test_flags_build_the_dataclass_with_precedence(tmp_path):
+    """defaults < --config < --set < flags; strings stay as typed; YAML lists parse."""
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("epochs: 4\noptim:\n  lr: 0.5\n")
+    args = _parser().parse_args(["t.fa", "--config", str(cfg_file), "--set", "epochs=6", "--optim.lr", "1e-3",
+                                 "--nogapped", "--max_hits", "7", "--seed", "0110", "--bottom", "[1, 2]"])
+    cfg = options_from_args(Job, args)
+    assert cfg == Job(target="t.fa", optim=Optim(lr=1e-3), epochs=6, gapped=False, max_hits=7, seed="0110",
+                      bottom=[1, 2])
+    only_file = options_from_args(Job, _parser().parse_args(["t.fa", "--config", str(cfg_file)]))
+    assert only_file.epochs == 4 and only_file.optim.lr == 0.5 and only_file.gapped is True
+    assert options_from_args(Job, _parser().parse_args(["t.fa", "--gapped", "false", "--out", "null"])).gapped is False
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["t.fa", "--max-hits", "0"], "--max-hits: key 'max_hits' = 0 is out of range"),
+    (["t.fa", "--optim.lr", "nan"], "--optim.lr: key 'optim.lr' must be a finite number"),
+    (["t.fa", "--optim.lr", "inf"], "must be a finite number"),
+    (["t.fa", "--optim.kind", "rmsprop"], "--optim.kind: key 'optim.kind' must be one of 'adam', 'sgd'"),
+    (["t.fa", "--epochs", "two"], "--epochs: key 'epochs' must be an integer"),
+    (["t.fa", "--set", "optim.beta=1"], "unknown key 'optim.beta'"),
+])
+def test_bad_flag_values_name_the_flag(argv, needle):
+    """A bad value is one ConfigError naming the flag as typed and the key."""
+    with pytest.raises(ConfigError) as err:
+        options_from_args(Job, _parser().parse_args(argv))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_run_main_prints_one_line(capsys):
+    """run_main turns a user error into one stderr line and exit 1; a full disk names the file."""
+    args = _parser().parse_args(["t.fa", "--max-hits", "0"])
+    assert run_main(lambda a: options_from_args(Job, a), args, "job") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("job: error: --max-hits")
+
+    def full(_a):
+        raise OSError(28, "No space left on device", "/dev/full")
+
+    assert run_main(full, args, "job") == 1
+    assert capsys.readouterr().err == "job: error: No space left on device: /dev/full\n"
+
+
+def test_config_file_faults(tmp_path):
+    """Random bytes, a repeated key and a folder are one-line errors naming the file."""
+    from torchhpc.ext.core.config import load_config
+
+    junk = tmp_path / "junk.yaml"
+    junk.write_bytes(bytes(range(256)))
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("epochs: 3\nepochs: 4\n")
+    for path, needle in ((junk, "is not UTF-8"), (dup, "'epochs' appears twice"), (tmp_path, "it is a folder")):
+        with pytest.raises(ConfigError) as err:
+            load_config(Job, path, ["target=x"])
+        assert str(path) in str(err.value) and needle in str(err.value)

@@ -1,0 +1,40 @@
+"""Every command's --help lists every option of its dataclass with its default, so the two cannot drift."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from torchhpc.ext.core.cli import OPTIONS_ATTR, describe_flags
+from torchhpc.trainers.cli import build_parser
+
+
+def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaf_commands(child, (*path, name))
+
+
+COMMANDS = list(_leaf_commands(build_parser()))
+
+
+def test_cli_has_commands():
+    """The walk finds the suite's commands (a broken walk would make the next test vacuous)."""
+    names = {" ".join(p) for p, _ in COMMANDS}
+    assert {"sched train", "kraken train", "gems train", "align", "ccsdt", "demo"} <= names
+
+
+@pytest.mark.parametrize("path, parser", COMMANDS, ids=[" ".join(p) for p, _ in COMMANDS])
+def test_help_lists_every_option(path, parser):
+    """Each command takes its options from one dataclass, and --help shows each with its default."""
+    cls = parser.get_default(OPTIONS_ATTR)
+    assert cls is not None, f"torchhpc {' '.join(path)}: options are not generated from a config dataclass"
+    text = " ".join(parser.format_help().split())
+    for flag, default, _doc in describe_flags(cls):
+        assert flag in text, f"{flag} missing from torchhpc {' '.join(path)} --help"
+        assert f"(default: {' '.join(default.split())})" in text, f"{flag}'s default {default} not shown"
