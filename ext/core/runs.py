@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import secrets
@@ -177,7 +178,7 @@ class Run:
         row = {"step": int(step), "time": round(time.time() - self._t0, 6)}
         row.update({k: _jsonable(v) for k, v in metrics.items()})
         with open(self.dir / "metrics.jsonl", "a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(json.dumps(row, allow_nan=False) + "\n")
             fh.flush()
 
     def metrics(self) -> list[dict[str, Any]]:
@@ -206,7 +207,7 @@ class Run:
         if self.is_main:
             current = json.loads(path.read_text()) if path.exists() else {}
             current.update({k: _jsonable(v) for k, v in summary.items()})
-            atomic_write_text(path, json.dumps(current, indent=2) + "\n")
+            atomic_write_text(path, json.dumps(current, indent=2, allow_nan=False) + "\n")
         return path
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -360,10 +361,14 @@ def _pyplot():
 
 
 def _jsonable(v: Any) -> Any:
+    """Plain JSON data; a value that is not a finite number (NaN, inf) becomes ``null``, so that
+    ``summary.json`` and ``metrics.jsonl`` stay strict JSON that every reader accepts."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
     if isinstance(v, torch.Tensor):
-        return v.item() if v.numel() == 1 else v.tolist()
+        return _jsonable(v.item() if v.numel() == 1 else v.tolist())
     if hasattr(v, "item") and callable(v.item) and getattr(v, "ndim", 1) == 0:
-        return v.item()
+        return _jsonable(v.item())
     if isinstance(v, Path):
         return str(v)
     if isinstance(v, Mapping):
@@ -371,7 +376,7 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [_jsonable(x) for x in v]
     if hasattr(v, "tolist"):
-        return v.tolist()
+        return _jsonable(v.tolist())
     return v
 
 

@@ -104,3 +104,25 @@ def test_torn_metrics_line_is_ignored(tmp_path):
     assert [r["step"] for r in run.metrics()] == [1]
     atomic_write_text(run.dir / "note.txt", "hello")
     assert (run.dir / "note.txt").read_text() == "hello"
+
+
+def test_summary_and_metrics_stay_strict_json(tmp_path):
+    """NaN and inf are written as null: summary.json and metrics.jsonl parse with a strict reader."""
+    import json
+
+    import numpy as np
+    import torch
+
+    from torchhpc.ext.core.runs import Run
+
+    run = Run("t", {"a": 1}, root=tmp_path, run_id="x")
+    run.log(1, loss=float("nan"), auc=torch.tensor(float("inf")), rows=np.float64("nan"), ok=0.5)
+    run.write_summary({"loss": float("nan"), "per": [1.0, float("-inf")], "nested": {"x": torch.tensor([np.nan, 2.0])}})
+
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+    row = strict((run.dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["loss"] is None and row["auc"] is None and row["rows"] is None and row["ok"] == 0.5
+    summary = strict((run.dir / "summary.json").read_text())
+    assert summary == {"loss": None, "per": [1.0, None], "nested": {"x": [None, 2.0]}}
