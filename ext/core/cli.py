@@ -257,6 +257,36 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Name
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except RuntimeError as exc:  # torch.distributed: a peer died or a collective timed out
+        if debug or not _is_dist_error(exc):
+            raise
+        print(f"{prog}: error: {_dist_error_line(exc)}", file=sys.stderr)
+        return 1
+
+
+_DIST_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
+
+
+def _is_dist_error(exc: BaseException) -> bool:
+    """A failure of torch.distributed's transport (its errors are plain RuntimeErrors from C++)."""
+    if type(exc).__name__ in _DIST_ERRORS:
+        return True
+    text = str(exc)
+    return any(mark in text for mark in ("/gloo/", "gloo::", "ProcessGroupNCCL", "NCCL error", "c10d"))
+
+
+def _dist_error_line(exc: BaseException) -> str:
+    """One line for a torch.distributed failure (gloo/NCCL messages run to many lines of C++ frames)."""
+    text = str(exc)
+    low = text.lower()
+    rank = os.environ.get("RANK")
+    who = f"rank {rank}: " if rank is not None else ""
+    if "timed out" in low or "timeout" in low:
+        return f"{who}a collective timed out: a peer rank is hung or too slow (raise the job's timeout if it is slow)"
+    if "connection" in low or "closed" in low or "reset by peer" in low or "broken pipe" in low:
+        return f"{who}a peer rank died (its connection closed); see that rank's own error above"
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(exc).__name__)
+    return f"{who}distributed failure: {first[:200]}"
 
 
 def module_main(

@@ -72,3 +72,32 @@ def test_a_dead_rank_fails_the_job_instead_of_hanging(tmp_path):
     res = _torchrun([str(script)], timeout=120)
     assert res.returncode != 0
     assert time.time() - t0 < 90
+
+
+@pytest.mark.distributed
+def test_a_hanging_rank_fails_the_others_within_the_timeout(tmp_path):
+    """A rank that hangs (alive, never joining the collective) makes the others fail after timeout_s.
+
+    Unlike a rank that exits, nothing here makes torchrun's agent stop the job: only the collective
+    timeout set by ``distributed(timeout_s=...)`` ends it, and rank 0 reports it as one clean line.
+    """
+    script = tmp_path / "hang.py"
+    script.write_text(
+        "import sys, time, torch, torch.distributed as dist\n"
+        "from torchhpc.ext.core.cli import run_main\n"
+        "from torchhpc.ext.core.distributed import distributed\n"
+        "def job(_):\n"
+        "    with distributed(device='cpu', timeout_s=4) as ctx:\n"
+        "        if ctx.rank == 1:\n"
+        "            time.sleep(600)\n"
+        "        dist.all_reduce(torch.ones(1))\n"
+        "sys.exit(run_main(job, None, 'hang'))\n"
+    )
+    t0 = time.time()
+    res = _torchrun([str(script)], timeout=150)
+    elapsed = time.time() - t0
+    assert res.returncode != 0
+    assert elapsed < 60, f"the job took {elapsed:.0f} s: the 4 s collective timeout did not end it"
+    ours = [line for line in res.stderr.splitlines() if line.startswith("hang: error:")]
+    assert len(ours) == 1 and "timed out" in ours[0], res.stderr[-3000:]
+    assert "Traceback" not in res.stderr.split("hang: error:")[0].split("\n")[-1]
