@@ -1,38 +1,45 @@
 """Benchmark: the closed-shell (T) energy, torchhpc vs PySCF's ``pyscf.cc.ccsd_t.kernel``.
 
-For each system PySCF runs RHF and CCSD (frozen core, no point-group symmetry) once; then,
-on the same amplitudes and integrals, in one process and with the same thread count:
+For each system PySCF runs RHF and CCSD (frozen core, no point-group symmetry) once, through
+:func:`torchhpc.ext.ccsdt.prepare_triples`; then, on the same amplitudes and integrals, in one
+process and with the same thread count:
 
   * torchhpc ``triples_energy`` (the blocked torch path on the CPU),
   * PySCF ``ccsd_t.kernel`` (its C/OpenMP code; the anchor),
 
-timed in interleaved repeats (median and best), after checking that both give the same
-E(T) to 1e-10 Eh (the benchmark refuses to time a wrong answer). Reports the time ratio
-PySCF / torchhpc (> 1: we are faster) and GFLOP/s against the ``2 o^3 v^4 + 2 o^4 v^3``
-count of :func:`torchhpc.ext.ccsdt.triples_flops`. With a CUDA device a GPU section times
-the fused Triton kernel and the torch path on the GPU against the same PySCF CPU time.
+timed in interleaved repeats (``ext/core/bench.py``: min / median / max), after checking that both
+give the same E(T) to 1e-10 Eh (the benchmark refuses to time a wrong answer). Reports the speed-up
+PySCF / torchhpc (> 1: we are faster) and GFLOP/s against the ``2 o^3 v^4 + 2 o^4 v^3`` count of
+:func:`torchhpc.ext.ccsdt.triples_flops`. With a CUDA device (``--device auto`` or ``cuda``) the
+row also times the fused Triton kernel and the torch path on the GPU against the same PySCF CPU time.
 
     python benchmarks/ccsdt.py                        # all systems, 3 repeats, torch's thread count
     python benchmarks/ccsdt.py --systems h2o-dz,h2o-tz --repeats 5 --threads 2
     python benchmarks/ccsdt.py --quick                # the two smallest systems (seconds)
 
-Writes ``<out>/ccsdt/triples.json`` and ``triples.png``. The CCSD of the largest system is
-stopped after ``--ccsd-cycles`` iterations by default: the (T) cost does not depend on how
-converged the amplitudes are, and both sides get the same ones. Timings on a machine shared
-with other jobs move by tens of percent between runs; the JSON records the load average.
+Writes ``<out>/ccsdt/triples.json`` (the suite's results schema), ``triples.png`` (seconds) and
+``triples_gflops.png``. The CCSD of the largest system is stopped after ``--ccsd-cycles``
+iterations by default: the (T) cost does not depend on how converged the amplitudes are, and both
+sides get the same ones. Timings on a machine shared with other jobs move by tens of percent
+between runs; each row records the load average before it.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+from torchhpc.ext.core.bench import (
+    bar_plot,
+    benchmark_parser,
+    print_rows,
+    result_row,
+    time_interleaved,
+    write_results,
+)
 
 WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 BENZENE = ("C 0.000 1.396 0; C 1.209 0.698 0; C 1.209 -0.698 0; C 0.000 -1.396 0; C -1.209 -0.698 0; "
@@ -49,131 +56,62 @@ SYSTEMS = {
 }
 
 
-def solve(geometry: str, basis: str, ccsd_cycles: int | None):
-    """PySCF RHF + frozen-core CCSD; returns (mycc, eris, inputs, setup seconds, converged)."""
-    from pyscf import cc, gto, scf
-
-    from torchhpc.ext.ccsdt import from_pyscf
-
-    t0 = time.perf_counter()
-    mol = gto.M(atom=geometry, basis=basis, verbose=0, symmetry=False)
-    mf = scf.RHF(mol).run(conv_tol=1e-10)
-    mycc = cc.CCSD(mf).set_frozen()
-    if ccsd_cycles:
-        mycc.max_cycle = ccsd_cycles
-    mycc.kernel()
-    eris = mycc.ao2mo()
-    inputs = from_pyscf(mycc, eris)
-    return mycc, eris, inputs, time.perf_counter() - t0, bool(mycc.converged)
-
-
-def bench_system(name: str, args) -> dict:
-    from pyscf.cc import ccsd_t
-
-    from torchhpc.ext.ccsdt import triples_energy, triples_flops
+def bench_system(name: str, args, gpu: bool) -> dict:
+    """One results row: torchhpc (CPU) and PySCF timed on the same inputs, plus the GPU candidates."""
+    from torchhpc.ext.ccsdt import prepare_triples, triples_energy, triples_flops
+    from torchhpc.ext.ccsdt.config import MoleculeOptions
 
     label, geometry, basis = SYSTEMS[name]
+    load = os.getloadavg()[0]
     cycles = args.ccsd_cycles if name == "benzene-dz" else None
-    mycc, eris, inputs, setup_s, converged = solve(geometry, basis, cycles)
-    o, v = inputs.nocc, inputs.nvir
+    prepared = prepare_triples(MoleculeOptions(atom=geometry, basis=basis, frozen_core=True),
+                               ccsd_max_cycle=cycles or None)
+    inputs = prepared.inputs
     arrays = [torch.from_numpy(a) for a in inputs.arrays()]
-    impls = {
+    candidates = {
         "torchhpc": lambda: triples_energy(*arrays, backend="torch", num_threads=args.threads),
-        "pyscf": lambda: float(ccsd_t.kernel(mycc, eris, mycc.t1.copy(), mycc.t2.copy(), verbose=0)),
+        "pyscf": prepared.pyscf_triples_energy,
     }
-    # correctness first
-    energies = {k: fn() for k, fn in impls.items()}
-    diff = abs(energies["torchhpc"] - energies["pyscf"])
+    # correctness first (these calls are also the warm-up)
+    e_ours, e_pyscf = (fn() for fn in candidates.values())
+    diff = abs(e_ours - e_pyscf)
     if diff > 1e-10:
         raise SystemExit(f"{label}: torchhpc and PySCF disagree on E(T) by {diff:.3e} Eh")
-    times: dict[str, list[float]] = {k: [] for k in impls}
-    for _ in range(args.repeats):
-        for k, fn in impls.items():  # interleaved, so load changes hit both alike
-            t0 = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - t0)
-    flops = triples_flops(o, v)
-    med = {k: statistics.median(ts) for k, ts in times.items()}
-    best = {k: min(ts) for k, ts in times.items()}
-    row = {
-        "system": label, "nocc": o, "nvir": v, "nao": inputs.meta.get("nao"), "ccsd_converged": converged,
-        "setup_seconds": round(setup_s, 2), "e_t": energies["torchhpc"], "e_t_pyscf": energies["pyscf"],
-        "abs_diff": diff, "gflop": flops / 1e9, "seconds_median": med, "seconds_best": best,
-        "seconds_all": times,
-        "ratio_pyscf_over_torchhpc_median": med["pyscf"] / med["torchhpc"],
-        "ratio_pyscf_over_torchhpc_best": best["pyscf"] / best["torchhpc"],
-        "gflops_median": {k: flops / t / 1e9 for k, t in med.items()},
-    }
-    if torch.cuda.is_available() and not args.no_gpu:
-        row["gpu"] = bench_gpu(arrays, flops, med["pyscf"], args.repeats)
-    return row
-
-
-def bench_gpu(arrays, flops: float, pyscf_seconds: float, repeats: int) -> dict:
-    """Fused Triton kernel and the torch path on CUDA, against PySCF's CPU time."""
-    from torchhpc.ext.ccsdt import triples_energy
-
-    dev = torch.device("cuda")
-    gpu_arrays = [a.to(dev) for a in arrays]
-    out = {"device": torch.cuda.get_device_name()}
-    ref = triples_energy(*arrays, backend="torch")
-    for backend in ("triton", "torch"):
-        e = triples_energy(*gpu_arrays, backend=backend)  # warm-up (Triton compiles here)
-        ts = []
-        for _ in range(repeats):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            triples_energy(*gpu_arrays, backend=backend)
-            torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-        t = statistics.median(ts)
-        out[backend] = {"seconds_median": t, "gflops": flops / t / 1e9, "abs_diff_vs_cpu": abs(e - ref),
-                        "speedup_vs_pyscf_cpu": pyscf_seconds / t}
-    return out
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [f"{r['system']}\no={r['nocc']} v={r['nvir']}" for r in rows]
-    x = range(len(rows))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8), dpi=110)
-    w = 0.38
-    ax1.bar([i - w / 2 for i in x], [r["seconds_median"]["torchhpc"] for r in rows], w, label="torchhpc", color="C0")
-    ax1.bar([i + w / 2 for i in x], [r["seconds_median"]["pyscf"] for r in rows], w, label="PySCF", color="C7")
-    ax1.set_yscale("log")
-    ax1.set_ylabel("(T) seconds (median)")
-    ax1.set_xticks(list(x), labels, fontsize=7)
-    ax1.legend()
-    ax2.bar([i - w / 2 for i in x], [r["gflops_median"]["torchhpc"] for r in rows], w, label="torchhpc", color="C0")
-    ax2.bar([i + w / 2 for i in x], [r["gflops_median"]["pyscf"] for r in rows], w, label="PySCF", color="C7")
-    ax2.set_ylabel("GFLOP/s (2o³v⁴ + 2o⁴v³)")
-    ax2.set_xticks(list(x), labels, fontsize=7)
-    fig.suptitle(f"closed-shell (T), {rows[0]['threads']} CPU thread(s), same inputs", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    timings = time_interleaved(candidates, repeats=args.repeats, warmup=0)
+    extra = {}
+    if gpu:
+        dev = torch.device("cuda")
+        gpu_arrays = [a.to(dev) for a in arrays]
+        gpu_candidates = {f"{b}_cuda": (lambda b=b: triples_energy(*gpu_arrays, backend=b)) for b in ("triton", "torch")}
+        extra["gpu"] = torch.cuda.get_device_name()
+        extra["abs_diff_gpu_vs_cpu"] = {k: abs(fn() - e_ours) for k, fn in gpu_candidates.items()}
+        timings |= time_interleaved(gpu_candidates, repeats=args.repeats, warmup=1, sync=torch.cuda.synchronize)
+    flops = triples_flops(inputs.nocc, inputs.nvir)
+    return result_row(
+        label, timings, anchor="pyscf", nocc=inputs.nocc, nvir=inputs.nvir, nao=inputs.meta.get("nao"),
+        ccsd_converged=bool(prepared.mycc.converged), setup_seconds=round(sum(prepared.timings.values()), 2),
+        e_t=e_ours, e_t_pyscf=e_pyscf, abs_diff=diff, gflop=flops / 1e9,
+        gflops_median={k: flops / t.median / 1e9 for k, t in timings.items()},
+        threads=args.threads, load_average_1min_before=load, **extra,
+    )
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = benchmark_parser(__doc__, repeats=3)
     p.add_argument("--systems", default=",".join(SYSTEMS), help=f"comma-separated from: {', '.join(SYSTEMS)}")
-    p.add_argument("--quick", action="store_true", help="only h2o-dz and h2o-adz, 2 repeats")
-    p.add_argument("--repeats", type=int, default=3, help="timed repeats per implementation")
+    p.add_argument("--quick", action="store_true", help="only h2o-dz and h2o-adz, at most 2 repeats")
     p.add_argument("--threads", type=int, default=None, help="CPU threads for both (default: torch's)")
     p.add_argument("--ccsd-cycles", type=int, default=6, help="CCSD iterations for benzene (0: converge)")
-    p.add_argument("--no-gpu", action="store_true", help="skip the GPU section even with CUDA")
-    p.add_argument("--out", default="runs/bench", help="output root")
+    p.add_argument("--no-gpu", action="store_true", help="skip the GPU candidates even with CUDA")
     args = p.parse_args(argv)
     try:
-        import pyscf  # noqa: F401
+        import pyscf
     except ImportError:
         print("benchmarks/ccsdt.py needs PySCF (pip install 'torchhpc[chem]')", file=sys.stderr)
         return 1
     from pyscf import lib
+
+    from torchhpc.ext.core.device import pick_device
 
     names = ["h2o-dz", "h2o-adz"] if args.quick else [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
@@ -181,39 +119,26 @@ def main(argv=None) -> int:
         p.error(f"unknown system {unknown[0]!r} (choose from {', '.join(SYSTEMS)})")
     if args.quick:
         args.repeats = min(args.repeats, 2)
+    gpu = pick_device(args.device).type == "cuda" and not args.no_gpu
     args.threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(args.threads)
     lib.num_threads(args.threads)
-    out_dir = Path(args.out) / "ccsdt"
-    out_dir.mkdir(parents=True, exist_ok=True)
     rows = []
-    print(f"{'system':<18} {'o':>3} {'v':>4} {'GFLOP':>8} {'PySCF s':>9} {'ours s':>9} {'PySCF/ours':>10} "
-          f"{'ours GF/s':>9} {'PySCF GF/s':>10} {'|dE| Eh':>9}")
     for name in names:
-        load = os.getloadavg()[0]
-        row = bench_system(name, args)
-        row["threads"] = args.threads
-        row["load_average_1min_before"] = load
-        rows.append(row)
-        m = row["seconds_median"]
-        print(f"{row['system']:<18} {row['nocc']:>3} {row['nvir']:>4} {row['gflop']:>8.1f} {m['pyscf']:>9.3f} "
-              f"{m['torchhpc']:>9.3f} {row['ratio_pyscf_over_torchhpc_median']:>9.2f}x "
-              f"{row['gflops_median']['torchhpc']:>9.1f} {row['gflops_median']['pyscf']:>10.1f} "
-              f"{row['abs_diff']:>9.1e}", flush=True)
-        if "gpu" in row:
-            g = row["gpu"]
-            print(f"  GPU {g['device']}: triton {g['triton']['seconds_median']:.4f} s "
-                  f"({g['triton']['gflops']:.0f} GF/s, {g['triton']['speedup_vs_pyscf_cpu']:.1f}x PySCF CPU), "
-                  f"torch {g['torch']['seconds_median']:.4f} s ({g['torch']['gflops']:.0f} GF/s)", flush=True)
-    summary = {
-        "what": "closed-shell (T): torchhpc triples_energy vs pyscf.cc.ccsd_t.kernel on the same inputs",
-        "threads": args.threads, "repeats": args.repeats, "torch": torch.__version__,
-        "pyscf": pyscf.__version__, "cpu_count": os.cpu_count(), "cuda": torch.cuda.is_available(),
-        "rows": rows,
-    }
-    (out_dir / "triples.json").write_text(json.dumps(summary, indent=1))
-    plot(rows, out_dir / "triples.png")
-    print(f"wrote {out_dir / 'triples.json'} and {out_dir / 'triples.png'}")
+        rows.append(bench_system(name, args, gpu))
+        print_rows(rows[-1:])
+    params = {"what": "closed-shell (T): torchhpc triples_energy vs pyscf.cc.ccsd_t.kernel on the same inputs",
+              "systems": names, "threads": args.threads, "repeats": args.repeats, "ccsd_cycles": args.ccsd_cycles,
+              "pyscf": pyscf.__version__}
+    path = write_results("ccsdt", "triples", rows, out=args.out, params=params)
+    groups = [f"{r['name']}\no={r['nocc']} v={r['nvir']}" for r in rows]
+    candidates = [k for k in rows[0] if isinstance(rows[0][k], dict) and "median_s" in rows[0][k]]
+    title = f"closed-shell (T), {args.threads} CPU thread(s), same inputs"
+    bar_plot(Path(path).with_suffix(".png"), groups, {c: [r[c]["median_s"] for r in rows] for c in candidates},
+             ylabel="(T) seconds (median)", title=title, logy=True, highlight="torchhpc")
+    bar_plot(Path(path).with_name("triples_gflops.png"), groups,
+             {c: [r["gflops_median"][c] for r in rows] for c in candidates},
+             ylabel="GFLOP/s (2o³v⁴ + 2o⁴v³)", title=title, highlight="torchhpc")
     return 0
 
 

@@ -5,23 +5,36 @@
 * :func:`triples_energy_reference` — the dense formula, straight from the equations.
 * :func:`from_pyscf` / :func:`save_inputs` / :func:`load_inputs` — the inputs from a PySCF
   ``cc.CCSD(rhf)`` object, and an ``.npz`` to run without PySCF.
+* :func:`prepare_triples` — RHF, CCSD and the integrals in PySCF for a molecule
+  (:class:`~torchhpc.ext.ccsdt.config.MoleculeOptions` or a ``Mole``): the one way to the inputs.
+* :func:`triples_backend` — the implementation ``triples_energy`` runs for given inputs and device.
 * :func:`triples_flops` — the ``2 o^3 v^4 + 2 o^4 v^3`` FLOP count behind GFLOP/s figures.
+* :mod:`~torchhpc.ext.ccsdt.config` (every option), :mod:`~torchhpc.ext.ccsdt.molecule` (geometry
+  input), :mod:`~torchhpc.ext.ccsdt.job` (``torchhpc ccsdt`` as a call), :mod:`~torchhpc.ext.ccsdt.demo`.
 """
 
-from .io import TriplesInputs, check_closed_shell, from_pyscf, load_inputs, save_inputs
-from .ops import check_inputs, occupied_triples, triples_energy, triples_energy_torch, triples_flops
-from .reference import triples_energy_reference
+from __future__ import annotations
 
-__all__ = [
-    "TriplesInputs",
-    "check_closed_shell",
-    "check_inputs",
-    "from_pyscf",
-    "load_inputs",
-    "occupied_triples",
-    "save_inputs",
-    "triples_energy",
-    "triples_energy_reference",
-    "triples_energy_torch",
-    "triples_flops",
-]
+import importlib
+from typing import Any
+
+#: public name -> submodule; imported on first use, so that the options (config.py) load without torch
+_EXPORTS = {
+    "PreparedTriples": "io", "TriplesInputs": "io", "check_closed_shell": "io", "from_pyscf": "io",
+    "load_inputs": "io", "prepare_triples": "io", "save_inputs": "io",
+    "check_inputs": "ops", "occupied_triples": "ops", "triples_backend": "ops", "triples_energy": "ops",
+    "triples_energy_torch": "ops", "triples_flops": "ops",
+    "triples_energy_reference": "reference",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

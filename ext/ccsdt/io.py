@@ -11,8 +11,12 @@ takes, plus the HF and CCSD energies and a little provenance::
     fock_ov    (o, v)        eris.fock[o:, :o].T    f[k,c]
     mo_energy  (o + v,)      eris.mo_energy         active orbitals only (frozen core removed)
 
-``from_pyscf`` needs PySCF; ``save_inputs``/``load_inputs`` need only numpy, so the
-(T) can run on a machine without PySCF (``torchhpc ccsdt --inputs FILE.npz``).
+:func:`prepare_triples` is the one way from a molecule (a
+:class:`~torchhpc.ext.ccsdt.config.MoleculeOptions` or a PySCF ``Mole``) to these inputs: RHF,
+CCSD and the integral transformation in PySCF, then :func:`from_pyscf`.
+
+``prepare_triples`` and ``from_pyscf`` need PySCF; ``save_inputs``/``load_inputs`` need only numpy,
+so the (T) can run on a machine without PySCF (``torchhpc ccsdt --inputs FILE.npz``).
 """
 
 from __future__ import annotations
@@ -20,14 +24,18 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from torchhpc.ext.core.errors import InputError
 
+from .config import MoleculeOptions
+from .molecule import build_molecule, hill_formula, parse_atom_string, read_xyz, require_pyscf
 from .ops import INPUT_NAMES, check_inputs, triples_energy
 
 #: written into every saved file; load_inputs refuses other formats
@@ -72,23 +80,13 @@ class TriplesInputs:
 # ----------------------------------------------------------------------------- PySCF
 
 
-def _require_pyscf():
-    try:
-        import pyscf  # noqa: F401
-    except ImportError as exc:
-        raise InputError(
-            "PySCF is not installed: pip install 'torchhpc[chem]' (or pyscf), "
-            "or run from saved inputs with --inputs FILE.npz"
-        ) from exc
-
-
 def check_closed_shell(mycc) -> None:
     """Refuse anything but a real closed-shell RHF-based CCSD object.
 
     Raises:
         InputError: UCCSD/GCCSD, a UHF, ROHF or GHF reference, ``mol.spin != 0``, or complex orbitals.
     """
-    _require_pyscf()
+    require_pyscf()
     from pyscf.cc import ccsd
 
     name = type(mycc).__name__
@@ -166,6 +164,94 @@ def from_pyscf(mycc, eris=None) -> TriplesInputs:
         mo_energy=np.array(eris.mo_energy, dtype=np.float64),
         e_hf=float(e_hf), e_ccsd=float(mycc.e_tot), meta=meta,
     )
+
+
+@dataclass
+class PreparedTriples:
+    """A molecule solved by PySCF (RHF, then CCSD) and the (T) inputs taken from it."""
+
+    inputs: TriplesInputs
+    mycc: Any
+    """the converged ``pyscf.cc.CCSD`` object"""
+    eris: Any
+    """its ``mycc.ao2mo()`` integrals"""
+    timings: dict[str, float] = field(default_factory=dict)
+    """seconds of ``rhf``, ``ccsd`` and ``integrals`` (the transformation and :func:`from_pyscf`)"""
+    warnings: list[str] = field(default_factory=list)
+    """one line per step that did not converge"""
+
+    def pyscf_triples_energy(self) -> float:
+        """PySCF's own E(T), ``pyscf.cc.ccsd_t.kernel``, on the same amplitudes and integrals (Eh)."""
+        from pyscf.cc import ccsd_t
+
+        # PySCF's C path transposes t2 in place and restores it: hand it copies
+        return float(ccsd_t.kernel(self.mycc, self.eris, self.mycc.t1.copy(), self.mycc.t2.copy(), verbose=0))
+
+
+def prepare_triples(
+    molecule, *, frozen_core: bool | None = None, scf_conv_tol: float = 1e-10, ccsd_conv_tol: float = 1e-9,
+    ccsd_max_cycle: int | None = None,
+) -> PreparedTriples:
+    """RHF, CCSD and the integral transformation in PySCF: the (T) inputs of a molecule.
+
+    The one way every caller (``torchhpc ccsdt``, the demo, the benchmark, the tests) goes from a
+    molecule to :class:`TriplesInputs`. ``inputs.meta`` also records the Hill ``formula``,
+    ``natm`` and ``nelectron``.
+
+    Args:
+        molecule: a :class:`~torchhpc.ext.ccsdt.config.MoleculeOptions` (its geometry is read and
+            checked first, see :func:`~torchhpc.ext.ccsdt.molecule.build_molecule`) or a PySCF ``Mole``.
+        frozen_core: freeze the core orbitals (PySCF's ``set_frozen``); default: the options'
+            ``frozen_core``, ``False`` for a ``Mole``.
+        scf_conv_tol, ccsd_conv_tol: convergence thresholds of RHF and CCSD.
+        ccsd_max_cycle: stop CCSD after this many iterations (the (T) cost does not depend on
+            convergence; a warning says it did not converge); ``None``: PySCF's default.
+
+    Raises:
+        InputError: PySCF missing; no geometry or no basis; a malformed geometry, an open shell or
+            an unknown basis (:mod:`torchhpc.ext.ccsdt.molecule`); see also :func:`from_pyscf`.
+    """
+    require_pyscf()
+    from pyscf import cc, scf
+
+    if isinstance(molecule, MoleculeOptions):
+        if not molecule.atom and molecule.xyz is None:
+            raise InputError("no molecule: give --atom or --xyz")
+        if not molecule.basis:
+            raise InputError("--basis is required with --atom/--xyz (e.g. --basis cc-pvdz)")
+        atoms = read_xyz(molecule.xyz) if molecule.xyz is not None else parse_atom_string(molecule.atom)
+        frozen_core = molecule.frozen_core if frozen_core is None else frozen_core
+        mol = build_molecule(atoms, molecule.basis, molecule.charge, molecule.unit)
+    else:
+        mol = molecule
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    t0 = time.perf_counter()
+    mf = scf.RHF(mol)
+    mf.conv_tol = scf_conv_tol
+    mf.kernel()
+    timings["rhf"] = time.perf_counter() - t0
+    if not mf.converged:
+        notes.append(f"warning: RHF did not converge (E = {mf.e_tot:.10f})")
+    t0 = time.perf_counter()
+    mycc = cc.CCSD(mf)
+    if frozen_core:
+        mycc.set_frozen()
+    mycc.conv_tol = ccsd_conv_tol
+    if ccsd_max_cycle:
+        mycc.max_cycle = ccsd_max_cycle
+    mycc.kernel()
+    timings["ccsd"] = time.perf_counter() - t0
+    if not mycc.converged:
+        notes.append(f"warning: CCSD did not converge (E_corr = {mycc.e_corr:.10f})")
+    t0 = time.perf_counter()
+    eris = mycc.ao2mo()
+    inputs = from_pyscf(mycc, eris)
+    timings["integrals"] = time.perf_counter() - t0
+    inputs.meta["formula"] = hill_formula([mol.atom_pure_symbol(n) for n in range(mol.natm)])
+    inputs.meta["natm"] = mol.natm
+    inputs.meta["nelectron"] = mol.nelectron
+    return PreparedTriples(inputs=inputs, mycc=mycc, eris=eris, timings=timings, warnings=notes)
 
 
 # ----------------------------------------------------------------------------- .npz files

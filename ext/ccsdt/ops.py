@@ -28,8 +28,9 @@
 * **Triton path** (:func:`triples_energy_triton`): the fused kernel of
   :mod:`torchhpc.triton_kernels.ccsdt`, one program per (occupied triple, virtual
   tile triple); only partial energies leave the kernel.
-* :func:`triples_energy` checks the inputs and dispatches (Triton on CUDA, torch
-  elsewhere).
+* :func:`triples_energy` checks the inputs and runs what :func:`triples_backend` picks
+  (``resolve_backend`` of :mod:`torchhpc.ext.core.dispatch`; ``auto``: Triton on CUDA for
+  ``nvir <= 64``, torch otherwise).
 
 FLOP count (:func:`triples_flops`): ``2 o^3 v^4 + 2 o^4 v^3`` — the particle and hole
 contractions for all ``o^3`` ordered triples, a multiply-add counted as two flops.
@@ -45,13 +46,14 @@ from typing import Literal
 import numpy as np
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+
+from .config import DEFAULT_MAX_MEMORY_MB
 
 #: names of the arrays :func:`triples_energy` takes, in order
 INPUT_NAMES = ("t1", "t2", "ovvv", "ovoo", "ovov", "fock_ov", "mo_energy")
 
-#: default bound on the work buffers, MB (PySCF's CCSD default is also 4000 MB)
-DEFAULT_MAX_MEMORY_MB = 4000.0
 
 #: the blocked path keeps a block's work buffers (four (v, v, v) per triple) below this many bytes when it
 #: can, so that the batched elementwise passes stay in the last-level cache (32 MB L3 on the 2-core EPYC)
@@ -386,17 +388,34 @@ def triples_energy_torch(
 # ----------------------------------------------------------------------------- the Triton path and dispatch
 
 
-def triton_available() -> bool:
-    """True when the triton package imports (kernels need CUDA or ``TRITON_INTERPRET=1`` to run)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 TRITON_AUTO_MAX_NVIR = 64
 """Largest virtual space for which ``backend='auto'`` picks the fused kernel on CUDA."""
+
+#: the implementations of the (T): blocked GEMMs, the fused kernel, the dense formula
+BACKENDS = ("torch", "triton", "reference")
+
+
+def triples_backend(requested: str, nvir: int, device: str | torch.device) -> str:
+    """The implementation :func:`triples_energy` runs for ``nvir`` virtual orbitals on ``device``.
+
+    ``auto`` is the fused Triton kernel on CUDA for ``nvir <= TRITON_AUTO_MAX_NVIR`` (when triton
+    is installed), else the blocked torch path. Measured on an H200 (FP64, random RHF-like
+    inputs): the fused kernel wins small problems (o=10, v=60: 0.050 s vs 0.093 s) and the blocked
+    GEMMs on cuBLAS win large ones (o=20, v=120: 0.77 s vs 5.5 s).
+
+    Returns:
+        ``torch``, ``triton`` or ``reference`` (never ``auto``): what will run, and what CLIs print.
+
+    Raises:
+        InputError: an unknown name, or ``triton`` where it cannot run (no triton, or not CUDA and
+            not ``TRITON_INTERPRET=1``).
+    """
+
+    def auto(dev, choices) -> str:
+        on_cuda = torch.device(dev).type == "cuda"
+        return "triton" if on_cuda and nvir <= TRITON_AUTO_MAX_NVIR else "torch"
+
+    return resolve_backend(requested, device, choices=BACKENDS, auto=auto)
 
 
 def triples_energy_triton(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, tile: int = 8,
@@ -438,8 +457,9 @@ def triples_energy(
         ovov: ``(o, v, o, v)`` integrals ``(ia|jb)``.
         fock_ov: ``(o, v)`` occupied-virtual Fock block ``f[k,c]``.
         mo_energy: ``(o + v,)`` active orbital energies (occupied first).
-        backend: ``auto`` (Triton on CUDA for ``nvir <= TRITON_AUTO_MAX_NVIR``, else torch), ``torch``
-            (blocked GEMMs), ``triton`` (the fused kernel) or ``reference`` (dense einsum).
+        backend: ``auto`` (Triton on CUDA for ``nvir <= TRITON_AUTO_MAX_NVIR``, else torch; see
+            :func:`triples_backend`), ``torch`` (blocked GEMMs), ``triton`` (the fused kernel) or
+            ``reference`` (dense einsum).
         device: where to compute (default: where ``t1`` is; numpy inputs go to the CPU).
         max_memory: MB for the torch path's intermediates and buffers (picks the block size).
         block_triples: force the torch path's block size (occupied triples per block).
@@ -448,15 +468,11 @@ def triples_energy(
         progress: tqdm bar over the torch path's blocks.
 
     Raises:
-        InputError: see :func:`check_inputs`; an unknown backend; ``max_memory`` too small.
+        InputError: see :func:`check_inputs`; an unknown backend, or one that cannot run on the
+            device (:func:`triples_backend`); ``max_memory`` too small.
     """
     arrays = check_inputs(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, device=device)
-    if backend == "auto":
-        # Measured on an H200 (FP64, random RHF-like inputs): the fused kernel wins small problems
-        # (o=10, v=60: 0.050 s vs 0.093 s) and the blocked GEMMs on cuBLAS win large ones (o=20,
-        # v=120: 0.77 s vs 5.5 s), so the kernel is the default only up to TRITON_AUTO_MAX_NVIR.
-        small = arrays[0].shape[1] <= TRITON_AUTO_MAX_NVIR
-        backend = "triton" if (arrays[0].is_cuda and small and triton_available()) else "torch"
+    backend = triples_backend(backend, arrays[0].shape[1], arrays[0].device)
     if backend == "torch":
         return triples_energy_torch(*arrays, max_memory=max_memory, block_triples=block_triples,
                                     num_threads=num_threads, progress=progress)
@@ -466,4 +482,4 @@ def triples_energy(
         from .reference import triples_energy_reference
 
         return triples_energy_reference(*arrays)
-    raise InputError(f"backend must be auto, torch, triton or reference, got {backend!r}")
+    raise AssertionError(backend)  # triples_backend returns one of BACKENDS

@@ -8,7 +8,8 @@ import pytest
 
 pytest.importorskip("pyscf")
 
-from torchhpc.trainers.ccsdt import hill_formula, main, parse_atom_string  # noqa: E402
+from torchhpc.ext.ccsdt.molecule import hill_formula, parse_atom_string  # noqa: E402
+from torchhpc.trainers.ccsdt import main  # noqa: E402
 
 WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 WATER_XYZ = "3\nwater, Angstrom\nO 0 0 0.1173\nH 0 0.7572 -0.4692\nH 0 -0.7572 -0.4692\n"
@@ -98,7 +99,13 @@ BAD_XYZ = {
         (["--atom", WATER], ["--basis is required"]),
         (["--inputs", "absent.npz"], ["absent.npz: inputs file not found"]),
         (["--inputs", "absent.npz", "--compare-pyscf"], ["--compare-pyscf needs a molecule"]),
-        (["--atom", WATER, "--basis", "sto-3g", "--threads", "0"], ["--threads must be >= 1"]),
+        (["--atom", WATER, "--basis", "sto-3g", "--threads", "0"], ["--threads", "must be >= 1"]),
+        (["--atom", WATER, "--basis", "sto-3g", "--max-memory", "0"], ["--max-memory", "must be > 0"]),
+        (["--atom", "H 0 0 0; H 0 0 0", "--basis", "sto-3g"], ["atoms 1 (H) and 2 (H)", "0 Angstrom apart"]),
+        (["--atom", WATER, "--inputs", "x.npz"], ["exactly one of --atom, --xyz or --inputs"]),
+        ([], ["exactly one of --atom, --xyz or --inputs"]),
+        (["--atom", WATER, "--xyz", "count.xyz", "--basis", "sto-3g"], ["--atom or --xyz, not both"]),
+        (["--inputs", "x.npz", "--basis", "sto-3g"], ["--basis and --frozen-core apply to --atom/--xyz"]),
     ],
 )
 def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, capsys, monkeypatch, args, words):
@@ -114,8 +121,8 @@ def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, capsys, monkeypatch
 
 
 def test_usage_errors_exit_2(capsys):
-    """No geometry source, or two of them, is an argparse usage error (exit 2, one line)."""
-    for args in ([], ["--atom", WATER, "--inputs", "x.npz"]):
+    """A flag without its value, or an unknown flag, is an argparse usage error (exit 2, one line)."""
+    for args in (["--atom"], ["--atom", WATER, "--no-such-flag"]):
         with pytest.raises(SystemExit) as exc:
             main(args)
         assert exc.value.code == 2

@@ -127,3 +127,17 @@ def test_reference_refuses_huge_dense_tensors():
     fake = [np.zeros(s) for s in [(o, v), (o, o, v, v), (o, v, v, v), (o, v, o, o), (o, v, o, v), (o, v)]]
     with pytest.raises(InputError, match="use triples_energy"):
         triples_energy_reference(*fake, np.arange(o + v, dtype=float))
+
+
+def test_backend_resolution_is_what_runs():
+    """auto: the fused kernel on CUDA up to TRITON_AUTO_MAX_NVIR (when triton imports), torch above it and on the CPU."""
+    from torchhpc.ext.ccsdt.ops import TRITON_AUTO_MAX_NVIR, triples_backend
+    from torchhpc.ext.core.dispatch import triton_available
+
+    limit = TRITON_AUTO_MAX_NVIR
+    assert triples_backend("auto", 8, "cpu") == "torch"
+    assert triples_backend("auto", limit, "cuda") == ("triton" if triton_available() else "torch")
+    assert triples_backend("auto", limit + 1, "cuda") == "torch"
+    assert triples_backend("reference", 8, "cpu") == "reference"
+    with pytest.raises(InputError, match="backend must be"):
+        triples_backend("fortran", 8, "cpu")

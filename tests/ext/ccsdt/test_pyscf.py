@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 pyscf = pytest.importorskip("pyscf")
 
 from pyscf import cc, gto, scf  # noqa: E402
-from pyscf.cc import ccsd_t  # noqa: E402
 
-from torchhpc.ext.ccsdt import from_pyscf, triples_energy, triples_energy_reference  # noqa: E402
+from torchhpc.ext.ccsdt import from_pyscf, prepare_triples, triples_energy, triples_energy_reference  # noqa: E402
+from torchhpc.ext.ccsdt.config import MoleculeOptions  # noqa: E402
 from torchhpc.ext.core.errors import InputError  # noqa: E402
 
 GEOMETRY = {
@@ -23,36 +25,37 @@ SYSTEMS = [("H2O", "cc-pvdz", False), ("H2O", "cc-pvdz", True), ("NH3", "cc-pvdz
            ("H2O", "cc-pvtz", False)]
 
 
-class Solved:
-    """One system solved by PySCF: the CCSD object, its integrals, PySCF's E(T) and our inputs."""
-
-    def __init__(self, molecule: str, basis: str, frozen_core: bool, mf):
-        self.mycc = cc.CCSD(mf)
-        if frozen_core:
-            self.mycc.set_frozen()
-        self.mycc.kernel()
-        self.eris = self.mycc.ao2mo()
-        # PySCF's C path transposes t2 in place and restores it: it gets copies
-        self.e_pyscf = float(ccsd_t.kernel(self.mycc, self.eris, self.mycc.t1.copy(), self.mycc.t2.copy(),
-                                           verbose=0))
-        self.inputs = from_pyscf(self.mycc, self.eris)
-
-
 @pytest.fixture(scope="module")
 def solved():
-    """PySCF RHF + CCSD + (T) for every system, computed once per test module (on first use)."""
-    mfs, cache = {}, {}
+    """prepare_triples (PySCF RHF + CCSD + integrals) and PySCF's E(T) per system, once per test module."""
+    cache = {}
 
-    def get(molecule: str, basis: str, frozen_core: bool) -> Solved:
+    def get(molecule: str, basis: str, frozen_core: bool) -> SimpleNamespace:
         key = (molecule, basis, frozen_core)
         if key not in cache:
-            if (molecule, basis) not in mfs:
-                mol = gto.M(atom=GEOMETRY[molecule], basis=basis, verbose=0)
-                mfs[molecule, basis] = scf.RHF(mol).run(conv_tol=1e-10)
-            cache[key] = Solved(molecule, basis, frozen_core, mfs[molecule, basis])
+            mol = gto.M(atom=GEOMETRY[molecule], basis=basis, verbose=0)
+            s = prepare_triples(mol, frozen_core=frozen_core)
+            cache[key] = SimpleNamespace(mycc=s.mycc, inputs=s.inputs, e_pyscf=s.pyscf_triples_energy())
         return cache[key]
 
     return get
+
+
+def test_options_and_mole_give_the_same_inputs():
+    """prepare_triples of MoleculeOptions (the CLI's path) equals that of the same PySCF Mole."""
+    opts = MoleculeOptions(atom=GEOMETRY["H2O"], basis="sto-3g", frozen_core=True)
+    a = prepare_triples(opts)
+    b = prepare_triples(gto.M(atom=GEOMETRY["H2O"], basis="sto-3g", verbose=0), frozen_core=True)
+    for x, y in zip(a.inputs.arrays(), b.inputs.arrays(), strict=True):
+        np.testing.assert_allclose(x, y, atol=1e-9)
+    assert a.inputs.meta["formula"] == "H2O" and a.inputs.meta["frozen"] == 1 and not a.warnings
+    assert set(a.timings) == {"rhf", "ccsd", "integrals"}
+
+
+def test_unconverged_ccsd_is_a_warning_not_an_error():
+    """Stopping CCSD early (as the benchmark does) still gives inputs, with a warning line."""
+    s = prepare_triples(gto.M(atom=GEOMETRY["H2O"], basis="6-31g", verbose=0), ccsd_max_cycle=2)
+    assert len(s.warnings) == 1 and s.warnings[0].startswith("warning: CCSD did not converge")
 
 
 @pytest.mark.parametrize("molecule,basis,frozen_core", SYSTEMS)

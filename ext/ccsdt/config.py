@@ -1,0 +1,103 @@
+"""Every option of ccsdt, written once: ``torchhpc ccsdt``'s flags and ``--help`` are generated from here.
+
+* :class:`MoleculeOptions` — the molecule PySCF solves (``--atom``/``--xyz``, ``--basis``,
+  ``--charge``, ``--unit``, ``--frozen-core``); :func:`~torchhpc.ext.ccsdt.io.prepare_triples`
+  takes it.
+* :class:`CCSDTOptions` — the whole command: the molecule or saved ``--inputs``, where and how the
+  (T) runs (``--device``, ``--backend``, ``--max-memory``, ``--threads``) and what is printed.
+* :class:`CCSDTTour` — the ``torchhpc demo`` step (:func:`torchhpc.ext.ccsdt.demo.demo`).
+
+Ranges and choices are checked when a dataclass is built (library, YAML or flags alike), with a
+:class:`~torchhpc.ext.core.errors.ConfigError` naming the option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchhpc.ext.core.config import _check_range, option
+from torchhpc.ext.core.errors import ConfigError
+
+#: default bound on the (T) work buffers, MB (PySCF's CCSD default is also 4000 MB)
+DEFAULT_MAX_MEMORY_MB = 4000.0
+
+#: what ``--backend`` accepts: ``auto`` picks by :func:`torchhpc.ext.ccsdt.ops.triples_backend`
+BACKEND_CHOICES = ("auto", "torch", "triton")
+
+
+def _check_ranges(options, where: str) -> None:
+    """Check every field of ``options`` against its ``option(ge=, gt=, choices=)``; ConfigError names it."""
+    for f in dataclasses.fields(options):
+        if not dataclasses.is_dataclass(getattr(options, f.name)):
+            _check_range(getattr(options, f.name), f.metadata, where, f.name)
+
+
+@dataclass
+class MoleculeOptions:
+    """The molecule: PySCF runs RHF, then CCSD, and the (T) uses its amplitudes and integrals."""
+
+    atom: str | None = option(None, flag="--atom",
+                              help='atoms as "O 0 0 0; H 0 0.76 0.59; ..." (symbol x y z, ; between atoms)')
+    xyz: Path | None = option(None, flag="--xyz", help="an XYZ geometry file (instead of --atom)")
+    basis: str | None = option(None, flag="--basis",
+                               help="basis set name PySCF knows (cc-pvdz, aug-cc-pvtz, 6-31g*, ...)")
+    charge: int = option(0, flag="--charge", help="molecular charge (the electron count must be even)")
+    unit: str = option("angstrom", flag="--unit", choices=["angstrom", "bohr"], help="coordinate unit")
+    frozen_core: bool = option(False, flag="--frozen-core", help="freeze core orbitals (PySCF's set_frozen)")
+
+    def __post_init__(self) -> None:
+        _check_ranges(self, "molecule")
+        if self.atom is not None and self.xyz is not None:
+            raise ConfigError("give the geometry with --atom or --xyz, not both")
+
+    @property
+    def given(self) -> bool:
+        """True when a geometry (``atom`` or ``xyz``) is set."""
+        return self.atom is not None or self.xyz is not None
+
+
+@dataclass
+class CCSDTOptions:
+    """``torchhpc ccsdt``: E(T) of a molecule (PySCF for RHF and CCSD) or of saved (T) inputs."""
+
+    molecule: MoleculeOptions = option(default_factory=MoleculeOptions, help="the molecule")
+    inputs: Path | None = option(None, flag="--inputs",
+                                 help="(T) inputs saved with --save-inputs, instead of a molecule (no PySCF needed)")
+    device: str = option("auto", choices=["auto", "cpu", "cuda"],
+                         help="where the (T) runs (auto: CUDA when present)")
+    backend: str = option("auto", choices=BACKEND_CHOICES,
+                          help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs")
+    max_memory: float = option(DEFAULT_MAX_MEMORY_MB, gt=0,
+                               help="MB bound of the (T) work buffers (picks the block size)")
+    threads: int | None = option(None, ge=1, help="CPU threads for PySCF and the (T) (null: torch's)")
+    compare_pyscf: bool = option(False, help="also run pyscf.cc.ccsd_t.kernel on the same inputs and compare")
+    json: bool = option(False, help="print one JSON object instead of the report")
+    save_inputs: Path | None = option(None, help="save t1, t2, integrals and energies to this .npz")
+
+    def __post_init__(self) -> None:
+        _check_ranges(self, "ccsdt")
+        mol = self.molecule
+        sources = sum(x is not None for x in (mol.atom, mol.xyz, self.inputs))
+        if sources != 1:
+            raise ConfigError("give the molecule with exactly one of --atom, --xyz or --inputs"
+                              + (f" (got {sources})" if sources else ""))
+        if self.inputs is not None:
+            if self.compare_pyscf:
+                raise ConfigError("--compare-pyscf needs a molecule (--atom or --xyz): saved inputs hold no "
+                                  "PySCF object")
+            if mol.basis is not None or mol.frozen_core:
+                raise ConfigError("--basis and --frozen-core apply to --atom/--xyz; saved inputs already fix them")
+        elif not mol.basis:
+            raise ConfigError("--basis is required with --atom/--xyz (e.g. --basis cc-pvdz)")
+
+
+@dataclass
+class CCSDTTour:
+    """The demo step: E(T) of water, ours against PySCF's ccsd_t on the same inputs (frozen core)."""
+
+    basis: str = option("6-31g", help="basis set of the water molecule")
+
+
+__all__ = ["BACKEND_CHOICES", "DEFAULT_MAX_MEMORY_MB", "CCSDTOptions", "CCSDTTour", "MoleculeOptions"]
