@@ -9,6 +9,8 @@
 * :class:`DLRM`, :class:`ContinualTrainer`, :class:`ServingReplica` — the continual loop
   with progressive validation, delta checkpoints and a replica that follows them.
 * :func:`jagged_embedding_bag` — the pooling op with its fused Triton kernels.
+* :class:`KrakenConfig` (and its sections, :mod:`.config`) — every option, once;
+  :func:`train` / :func:`serve` (:mod:`.jobs`) — the jobs ``torchhpc kraken`` runs.
 
 Heavy submodules load on first use, so ``import torchhpc.ext.kraken`` stays cheap.
 """
@@ -27,7 +29,17 @@ _EXPORTS = {
     "ContinualTrainer": "continual",
     "ServingReplica": "continual",
     "SyntheticClickStream": "stream",
-    "SyntheticConfig": "stream",
+    "slice_batch": "stream",
+    "KrakenConfig": "config",
+    "StreamOptions": "config",
+    "TableOptions": "config",
+    "ServeOptions": "config",
+    "BenchOptions": "config",
+    "KrakenTour": "config",
+    "build_model": "jobs",
+    "build_stream": "jobs",
+    "train": "jobs",
+    "serve": "jobs",
     "read_criteo": "stream",
     "IdIndex": "hashing",
     "CountMinSketch": "hashing",

@@ -19,20 +19,20 @@ throughput (samples/s; IDs/s = samples/s × features).
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import torch
 
+from torchhpc.ext.core.bench import bar_plot, write_results
 from torchhpc.ext.core.errors import InputError
 
 from .baselines import HashedEBC, ManagedCollisionEBC
+from .config import BenchOptions, StreamOptions
 from .embedding import DynamicEmbeddingCollection, DynamicTableConfig
 from .metrics import auc, log_loss
 from .model import DLRM
 from .optim import SparseOptimizer
-from .stream import SyntheticClickStream, SyntheticConfig
+from .stream import SyntheticClickStream
 
 VARIANTS = ("ebc_full", "ebc_hashed", "mc_ebc", "kraken")
 
@@ -71,7 +71,7 @@ def run_variant(name: str, stream: SyntheticClickStream, steps: int, dim: int, f
         rows = max(2, int(fraction * full_table_bytes / (dim * 4 * 4 + 24)))  # MCH keeps ~24 B per slot
         sparse = ManagedCollisionEBC(names, dim, rows, eviction="lru", eviction_interval=1, seed=seed)
     elif name == "kraken":
-        tables = [DynamicTableConfig(f"t_{f}", dim, [f], memory_budget=int(fraction * full_table_bytes),
+        tables = [DynamicTableConfig(f"t_{f}", dim, [f], memory_budget_mb=int(fraction * full_table_bytes) / 2**20,
                                      eviction="lru", init_scale=init_scale, admit_count=admit_count)
                   for f in names]
         sparse = DynamicEmbeddingCollection(tables, SparseOptimizer("rowwise_adagrad", lr=kraken_lr), seed=seed)
@@ -118,38 +118,45 @@ def run_variant(name: str, stream: SyntheticClickStream, steps: int, dim: int, f
     return out
 
 
-def run_comparison(steps: int = 1500, vocab: int = 20_000, batch_size: int = 512, dim: int = 16,
-                   fraction: float = 1 / 3, out: str | None = "runs/bench", seed: int = 0,
-                   variants=VARIANTS, verbose: bool = True) -> dict:
-    """All variants on one stream; writes ``<out>/kraken/stream.json`` and ``stream.png``.
+def run_comparison(options: BenchOptions | None = None, variants=VARIANTS, verbose: bool | None = None) -> dict:
+    """All variants on one stream; writes ``<out>/kraken/stream.json`` (the suite's results schema) and
+    ``stream.png`` unless ``options.out`` is empty.
+
+    Args:
+        options: steps, vocabulary, batch size, dim, memory fraction, seed, output folder.
+        variants: which of :data:`VARIANTS` to run.
+        verbose: print one line per variant (default: unless ``options.json``).
+
+    Returns:
+        ``steps``, ``vocab``, ``total_keys_per_feature``, ``batch_size``, ``dim``, ``fraction``,
+        ``bayes_auc``, ``threads``, ``results`` (one dict per variant) and ``kraken_vs_full``.
 
     Raises:
-        InputError: fewer than 2 steps, or a non-positive size, or a fraction outside (0, 1].
+        InputError: an unknown variant.
     """
-    if steps < 2 or vocab < 1 or batch_size < 2 or dim < 1 or not 0 < fraction <= 1:
-        raise InputError(f"bench needs steps >= 2, vocab >= 1, batch size >= 2, dim >= 1 and 0 < fraction <= 1; "
-                         f"got steps={steps}, vocab={vocab}, batch size={batch_size}, dim={dim}, fraction={fraction}")
+    o = options or BenchOptions()
+    verbose = not o.json if verbose is None else verbose
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown:
         raise InputError(f"unknown variant {unknown[0]!r} (choose from {', '.join(VARIANTS)})")
-    torch.manual_seed(seed)
-    stream = SyntheticClickStream(SyntheticConfig(vocab=vocab, batch_size=batch_size, zipf=1.05,
-                                                  new_ids_per_batch=4.0, effect_scale=3.0, seed=seed))
-    total_keys = vocab + stream.shift(steps) + 1
+    torch.manual_seed(o.seed)
+    stream = SyntheticClickStream(StreamOptions(vocab=o.vocab, batch_size=o.batch_size, seed=o.seed))
+    steps = o.steps
+    total_keys = o.vocab + stream.shift(steps) + 1
     half = steps // 2
     bayes = auc(torch.cat([stream.click_probability(stream.batch(t)) for t in range(half, steps)]),
                 torch.cat([stream.batch(t).labels for t in range(half, steps)]))
     results = []
     for v in variants:
-        r = run_variant(v, stream, steps, dim, fraction, total_keys, seed=seed)
+        r = run_variant(v, stream, steps, o.dim, o.fraction, total_keys, seed=o.seed)
         results.append(r)
         if verbose:
             print(f"{v:11s} AUC {r['auc']:.4f} (last 10%: {r['auc_last']:.4f})  log-loss {r['logloss']:.4f}  "
                   f"peak {r['peak_bytes'] / 2**20:7.2f} MB  {r['samples_per_s']:8.0f} samples/s", flush=True)
     by = {r["variant"]: r for r in results}
-    summary = {"steps": steps, "vocab": vocab, "total_keys_per_feature": total_keys, "batch_size": batch_size,
-               "dim": dim, "fraction": fraction, "bayes_auc": bayes, "threads": torch.get_num_threads(),
-               "results": results}
+    params = {"steps": steps, "vocab": o.vocab, "total_keys_per_feature": total_keys, "batch_size": o.batch_size,
+              "dim": o.dim, "fraction": o.fraction, "seed": o.seed}
+    summary = {**params, "bayes_auc": bayes, "threads": torch.get_num_threads(), "results": results}
     if "ebc_full" in by and "kraken" in by:
         a, d = by["ebc_full"], by["kraken"]
         summary["kraken_vs_full"] = {"auc_gap": a["auc"] - d["auc"], "memory_ratio": d["peak_bytes"] / a["peak_bytes"],
@@ -160,32 +167,14 @@ def run_comparison(steps: int = 1500, vocab: int = 20_000, batch_size: int = 512
             k = summary["kraken_vs_full"]
             print(f"kraken vs ebc_full: AUC gap {k['auc_gap']:+.4f}, memory {k['memory_ratio']:.3f}x, "
                   f"speed {k['speed_ratio']:.2f}x")
-    if out:
-        d = Path(out) / "kraken"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "stream.json").write_text(json.dumps(summary, indent=2))
-        _plot(results, d / "stream.png", bayes)
-        if verbose:
-            print(f"wrote {d / 'stream.json'} and stream.png")
+    if o.out:
+        rows = [{"name": r["variant"], **r} for r in results]
+        rows.append({"name": "bayes_optimal", "auc": bayes, "what": "the true click model's probabilities"})
+        if "kraken_vs_full" in summary:
+            rows.append({"name": "kraken_vs_ebc_full", **summary["kraken_vs_full"]})
+        path = write_results("kraken", "stream", rows, out=o.out, params=params, quiet=not verbose)
+        bar_plot(path.with_suffix(".png"), [f"{r['variant']}\n{r['peak_bytes'] / 2**20:.1f} MB" for r in results],
+                 {"AUC, 2nd half": [r["auc"] for r in results], "AUC, last 10%": [r["auc_last"] for r in results]},
+                 ylabel="progressive AUC", highlight="AUC, 2nd half",
+                 title=f"same stream, same DLRM; peak embedding MB under each (Bayes AUC {bayes:.3f})")
     return summary
-
-
-def _plot(results: list[dict], path: Path, bayes: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
-    for r in results:
-        ax.scatter(r["peak_bytes"] / 2**20, r["auc"], s=50)
-        ax.annotate(r["variant"], (r["peak_bytes"] / 2**20, r["auc"]), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8)
-    ax.axhline(bayes, ls=":", c="gray", lw=1)
-    ax.set_xlabel("peak embedding memory (MB)")
-    ax.set_ylabel("progressive AUC (2nd half)")
-    ax.set_title("same stream, same DLRM: embedding memory vs quality", fontsize=9)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)

@@ -29,70 +29,58 @@ Given identical rows, the output equals torchrec's EBC exactly (a test checks it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
 
+from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import ConfigError, InputError
 
+from .config import TableOptions, check_ranges
 from .hashing import CountMinSketch, IdIndex, check_ids, hash_uniform
 from .ops import jagged_embedding_bag
 from .optim import SparseOptimizer
 
-EVICTIONS = ("lru", "lfu", "none")
 _META_BYTES_PER_ROW = 8 + 8 + 4 + 1  # row id, last seen, frequency, dirty flag
 _SKETCH_DEPTH = 4
 
 
 @dataclass
-class DynamicTableConfig:
-    """One dynamic table.
+class DynamicTableConfig(TableOptions):
+    """One dynamic table: a name, a dimension, the features it pools, and its :class:`TableOptions`.
+
+    The per-table options (budget, admission, eviction, pooling, initialisation) are the fields of
+    :class:`~torchhpc.ext.kraken.config.TableOptions`, inherited (keyword-only); see their docs there
+    or in ``torchhpc kraken train --help``.  :meth:`of` builds one from the ``tables:`` section of
+    a config.
 
     Attributes:
         name: table name.
         dim: embedding dimension.
         features: the KJT keys pooled through this table (default: ``[name]``).
-        max_rows: most rows the table may hold (the budget); or give ``memory_budget``.
-        memory_budget: bytes for weights + optimizer state + metadata + index; sets ``max_rows``.
-        init_rows: rows allocated at first (the table doubles up to ``max_rows``).
-        pooling: ``sum`` or ``mean``.
-        admit_count: sightings before an ID gets a row (1 = at once).
-        admit_prob: probability per batch that an eligible unseen ID is admitted.
-        eviction: ``lru``, ``lfu`` or ``none`` (then a full table admits nothing more).
-        ttl: evict rows not seen for this many batches (0 = never).
-        init_scale: new rows are uniform in ``[-init_scale, init_scale]``.
-        sketch_width: counters per row of the admission sketch (0: one per table row, at least 1024).
-        admit_window: the sketch halves its counts every this many batches, so sightings count
-            over roughly the recent window and counters never saturate (0: never).
     """
 
-    name: str
-    dim: int
-    features: list[str] = field(default_factory=list)
-    max_rows: int = 0
-    memory_budget: int = 0
-    init_rows: int = 1024
-    pooling: str = "sum"
-    admit_count: int = 1
-    admit_prob: float = 1.0
-    eviction: str = "lru"
-    ttl: int = 0
-    init_scale: float = 0.01
-    sketch_width: int = 0
-    admit_window: int = 100
+    name: str = option(help="table name")
+    dim: int = option(help="embedding dimension", ge=1)
+    features: list[str] = option(default_factory=list, help="the KJT keys pooled through this table (default: [name])")
+
+    def __post_init__(self) -> None:
+        check_ranges(self, f"table {self.name!r}")
+
+    @classmethod
+    def of(cls, options: TableOptions, name: str, dim: int, features: list[str] | None = None) -> DynamicTableConfig:
+        """Table ``name`` of dimension ``dim`` pooling ``features`` with the per-table ``options``."""
+        shared = {f.name: getattr(options, f.name) for f in fields(TableOptions)}
+        return cls(name, dim, list(features or []), **shared)
 
     def validate(self, optimizer: SparseOptimizer) -> None:
-        if self.dim < 1:
-            raise ConfigError(f"table {self.name!r}: dim must be >= 1, got {self.dim}")
-        if self.pooling not in ("sum", "mean"):
-            raise ConfigError(f"table {self.name!r}: pooling must be sum or mean, got {self.pooling!r}")
-        if self.eviction not in EVICTIONS:
-            raise ConfigError(f"table {self.name!r}: eviction must be one of {', '.join(EVICTIONS)}")
-        if self.admit_count < 1 or not 0.0 < self.admit_prob <= 1.0:
-            raise ConfigError(f"table {self.name!r}: need admit_count >= 1 and 0 < admit_prob <= 1")
-        if self.ttl < 0 or self.admit_window < 0:
-            raise ConfigError(f"table {self.name!r}: ttl and admit_window must be >= 0")
+        """Fix ``max_rows`` from the memory budget (the most rows whose whole table fits) and ``features``.
+
+        Raises:
+            InputError: the budget is too small for one row.
+            ConfigError: neither ``max_rows`` nor a budget.
+        """
         if self.memory_budget:
             one = self.table_bytes(1, optimizer)
             if self.memory_budget < one:
@@ -106,11 +94,9 @@ class DynamicTableConfig:
                 lo, hi = (mid, hi) if self.table_bytes(mid, optimizer) <= self.memory_budget else (lo, mid - 1)
             self.max_rows = min(self.max_rows, lo) if self.max_rows else lo
         if self.max_rows < 1:
-            raise ConfigError(f"table {self.name!r}: give max_rows >= 1 or a memory_budget")
+            raise ConfigError(f"table {self.name!r}: give max_rows >= 1 or a memory_budget_mb")
         if not self.features:
             self.features = [self.name]
-        if self.init_scale < 0:
-            raise ConfigError(f"table {self.name!r}: init_scale must be >= 0")
 
     def bytes_per_row(self, optimizer: SparseOptimizer) -> int:
         """Weights + optimizer state + row metadata of one fp32 row (the index and sketch come on top)."""

@@ -25,6 +25,7 @@ from typing import Literal
 
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 
 PoolingMode = Literal["sum", "mean"]
@@ -170,15 +171,6 @@ def jagged_embedding_bag_triton(
     )
 
 
-def triton_available() -> bool:
-    """True when the triton package imports (kernels need CUDA or ``TRITON_INTERPRET=1`` to run)."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def jagged_embedding_bag(
     weight: torch.Tensor,
     indices: torch.Tensor,
@@ -199,23 +191,20 @@ def jagged_embedding_bag(
         mode: ``"sum"`` or ``"mean"`` (empty bags give zeros).
         per_sample_weights: optional ``(nnz,)`` weights.
         sparse: return a sparse COO gradient for ``weight`` (only touched rows).
-        backend: ``auto`` picks Triton for CUDA tensors when triton imports, else torch.
+        backend: ``auto`` (Triton for CUDA tensors when triton imports, else torch), ``triton`` or
+            ``torch``; resolved by :func:`~torchhpc.ext.core.dispatch.resolve_backend`.
         validate: check offsets/index ranges first (a host sync on CUDA).
 
     Returns:
         ``(B, D)`` pooled embeddings.
 
     Raises:
-        InputError: see :func:`check_bags`.
+        InputError: see :func:`check_bags`; an unknown backend, or ``triton`` where it cannot run.
     """
     if validate:
         check_bags(weight, indices, offsets, per_sample_weights, mode)
-    if backend == "auto":
-        backend = "triton" if (weight.is_cuda and triton_available()) else "torch"
-    if backend == "triton":
+    if resolve_backend(backend, weight.device) == "triton":
         return jagged_embedding_bag_triton(weight, indices, offsets, mode, per_sample_weights, sparse)
-    if backend != "torch":
-        raise InputError(f"backend must be auto, triton or torch, got {backend!r}")
     return jagged_embedding_bag_torch(weight, indices, offsets, mode, per_sample_weights, sparse)
 
 

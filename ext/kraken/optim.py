@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import ConfigError
 
 KINDS = ("sgd", "rowwise_adagrad", "rowwise_adam", "adam")
@@ -78,10 +79,16 @@ class SparseOptimizer:
         step: int,
         backend: str = "auto",
     ) -> None:
-        """Update ``weight[rows]`` (``rows`` unique) in place from ``grads (U, D)``; ``step`` counts from 1."""
-        if backend == "auto":
-            backend = "triton" if weight.is_cuda else "torch"
-        if backend == "triton":
+        """Update ``weight[rows]`` (``rows`` unique) in place from ``grads (U, D)``; ``step`` counts from 1.
+
+        ``backend`` (``auto``, ``triton`` or ``torch``) is resolved by
+        :func:`~torchhpc.ext.core.dispatch.resolve_backend`: ``auto`` is the fused Triton kernel for
+        CUDA tensors, the torch twin elsewhere.
+
+        Raises:
+            InputError: an unknown backend, or ``triton`` where it cannot run.
+        """
+        if resolve_backend(backend, weight.device) == "triton":
             from torchhpc.triton_kernels import kraken as K
 
             K.sparse_row_update(_KIND_ID[self.kind], weight, rows.long(), grads.to(weight.dtype),

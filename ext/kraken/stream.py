@@ -27,6 +27,7 @@ import torch
 
 from torchhpc.ext.core.errors import ConfigError, InputError
 
+from .config import StreamOptions
 from .hashing import hash_uniform, mix64
 
 MASK63 = (1 << 63) - 1
@@ -44,30 +45,60 @@ class Batch:
                      None if self.keys is None else self.keys.to(device))
 
 
-@dataclass
-class SyntheticConfig:
-    num_sparse: int = 8
-    num_dense: int = 13
-    vocab: int = 20_000  # popularity ranks per feature
-    zipf: float = 1.1
-    new_ids_per_batch: float = 4.0
-    batch_size: int = 512
-    effect_scale: float = 1.0
-    dense_scale: float = 0.5
-    bias: float = -1.0
-    seed: int = 0
+def slice_batch(batch: Batch, rank: int, world: int) -> Batch:
+    """Rank ``rank``'s contiguous share of a global batch: samples ``[rank*B/W, (rank+1)*B/W)``.
+
+    The KJT is cut feature by feature (its values are feature-major)::
+
+        global, B=4, W=2          rank 0 (samples 0, 1)      rank 1 (samples 2, 3)
+        C1: [a] [b c] [] [d]      C1: [a] [b c]              C1: [] [d]
+        C2: [e] [f] [g] [h]       C2: [e] [f]                C2: [g] [h]
+
+    Args:
+        batch: the global batch (``B`` samples).
+        rank, world: this rank and the number of ranks (``world == 1``: the batch itself).
+
+    Returns:
+        A :class:`Batch` of ``B / W`` samples: dense ``(B/W, num_dense)``, labels ``(B/W,)``.
+
+    Raises:
+        ConfigError: ``B`` is not divisible by ``world``.
+    """
+    from torchrec import KeyedJaggedTensor
+
+    if world == 1:
+        return batch
+    B = batch.labels.numel()
+    if B % world:
+        raise ConfigError(f"stream.batch_size {B} is not divisible by the {world} ranks")
+    lo, hi = rank * B // world, (rank + 1) * B // world
+    vals, lens = [], []
+    for jt in batch.sparse.to_dict().values():
+        off = jt.offsets()
+        vals.append(jt.values()[int(off[lo]):int(off[hi])])
+        lens.append(jt.lengths()[lo:hi])
+    kjt = KeyedJaggedTensor.from_lengths_sync(keys=batch.sparse.keys(), values=torch.cat(vals),
+                                              lengths=torch.cat(lens))
+    return Batch(batch.dense[lo:hi], kjt, batch.labels[lo:hi], None if batch.keys is None else batch.keys[lo:hi])
 
 
 class SyntheticClickStream:
-    """The synthetic click log (see the module doc)."""
+    """The synthetic click log (see the module doc).
 
-    def __init__(self, cfg: SyntheticConfig | None = None, **kwargs):
-        self.cfg = cfg or SyntheticConfig(**kwargs)
+    Args:
+        cfg: the stream's options (the ``stream:`` section of a kraken config; ``source`` and
+            ``path`` are not used here); default :class:`StreamOptions` built from ``kwargs``, so
+            ``SyntheticClickStream()`` is the stream ``torchhpc kraken train`` trains on by default.
+
+    Raises:
+        ConfigError: an option out of range (from :class:`StreamOptions`).
+    """
+
+    def __init__(self, cfg: StreamOptions | None = None, **kwargs):
+        if cfg is not None and kwargs:
+            raise TypeError("SyntheticClickStream takes a StreamOptions or keyword options, not both")
+        self.cfg = cfg if cfg is not None else StreamOptions(**kwargs)
         c = self.cfg
-        if c.num_sparse < 1 or c.vocab < 1 or c.batch_size < 1:
-            raise ConfigError("synthetic stream needs num_sparse, vocab and batch_size >= 1")
-        if c.zipf <= 0 or c.new_ids_per_batch < 0:
-            raise ConfigError("synthetic stream needs zipf > 0 and new_ids_per_batch >= 0")
         p = torch.arange(1, c.vocab + 1, dtype=torch.float64).pow(-c.zipf)
         self._cdf = torch.cumsum(p / p.sum(), 0)
         g = torch.Generator().manual_seed(c.seed + 17)

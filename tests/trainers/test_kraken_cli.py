@@ -40,7 +40,7 @@ def test_train_then_serve(cli, tmp_path):
     (["train", "--config", DEBUG, "--set", "tables.max_rows=0", "--set", "tables.memory_budget_mb=0.0001"],
      "too small for one row"),
     (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
-    (["bench", "--steps", "0"], "steps >= 2"),
+    (["bench", "--steps", "0"], "--steps: key 'steps' = 0 is out of range (must be >= 2)"),
 ])
 def test_bad_input_is_one_line(cli, tmp_path, args, words):
     extra = {"train": ["--set", f"run.root={tmp_path}"], "serve": ["--poll", "0.01"]}.get(args[0], [])
@@ -52,3 +52,16 @@ def test_bad_input_is_one_line(cli, tmp_path, args, words):
 def test_help_lists_subcommands(cli):
     res = cli("kraken", "--help")
     assert res.returncode == 0 and all(w in res.stdout for w in ("train", "serve", "bench"))
+
+
+def test_train_flags_are_generated_from_the_config():
+    """Every option of KrakenConfig is a flag; flags beat --set, which beats the file."""
+    from torchhpc.ext.core.cli import options_from_args
+    from torchhpc.ext.kraken.config import KrakenConfig
+    from torchhpc.trainers.kraken import build_parser
+
+    args = build_parser().parse_args(["--config", DEBUG, "--set", "tables.max_rows=5", "--tables.max-rows", "7",
+                                      "--stream.zipf", "1.2", "--run.resume", "--model.bottom", "[8,4]"])
+    cfg = options_from_args(KrakenConfig, args)
+    assert cfg.tables.max_rows == 7 and cfg.stream.zipf == 1.2 and cfg.run.resume and cfg.model.bottom == [8, 4]
+    assert cfg.train.steps == 60  # from the file

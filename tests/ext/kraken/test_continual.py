@@ -17,7 +17,8 @@ import torch
 pytest.importorskip("torchrec")
 
 from torchhpc.ext.core.config import load_config  # noqa: E402
-from torchhpc.trainers.kraken import KrakenConfig, build_model, train  # noqa: E402
+from torchhpc.ext.kraken.config import KrakenConfig  # noqa: E402
+from torchhpc.ext.kraken.jobs import build_model, train  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 DEBUG = REPO / "configs" / "kraken" / "debug.yaml"
@@ -146,8 +147,8 @@ def test_sharded_two_ranks_equals_one_process(tmp_path):
             torch.testing.assert_close(shards[1][k], v, rtol=1e-4, atol=1e-5)
     # a serving replica of the sharded run routes each ID to its shard: same predictions as one process
     from torchhpc.ext.kraken.continual import ServingReplica
+    from torchhpc.ext.kraken.jobs import build_stream
     from torchhpc.ext.kraken.sharded import RoutedEmbeddingCollection
-    from torchhpc.trainers.kraken import build_stream
 
     cfg = _cfg(tmp_path, "single", *extra)
     routed = build_model(cfg, "cpu")

@@ -133,7 +133,7 @@ def test_ttl_expires_rows_not_seen():
 
 
 def test_memory_budget_is_respected_and_reported():
-    cfg = DynamicTableConfig("t", 16, ["f"], memory_budget=200_000, admit_count=2)
+    cfg = DynamicTableConfig("t", 16, ["f"], memory_budget_mb=200_000 / 2**20, admit_count=2)
     m = DynamicEmbeddingCollection([cfg], SparseOptimizer("rowwise_adagrad"))
     g = torch.Generator().manual_seed(0)
     for _ in range(20):
@@ -205,7 +205,7 @@ def test_bad_input_errors():
     with pytest.raises(InputError, match="lacks features"):
         m(kjt(["g"], [1], [1]))
     with pytest.raises(InputError, match="too small for one row"):
-        DynamicEmbeddingCollection([DynamicTableConfig("t", 64, ["f"], memory_budget=100)])
+        DynamicEmbeddingCollection([DynamicTableConfig("t", 64, ["f"], memory_budget_mb=100 / 2**20)])
     with pytest.raises(ConfigError, match="eviction"):
         DynamicEmbeddingCollection([DynamicTableConfig("t", 4, ["f"], max_rows=4, eviction="fifo")])
     with pytest.raises(ConfigError, match="pooled by two tables"):
