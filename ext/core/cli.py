@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import sys
 import types
 import typing
@@ -212,7 +213,19 @@ def options_from_args(cls: type, args: argparse.Namespace) -> Any:
     path = getattr(args, "config", None)
     overrides: list[Any] = list(getattr(args, "overrides", []) or [])
     overrides.extend(flag_overrides(cls, args))
-    return load_config(cls, path, overrides)
+    try:
+        return load_config(cls, path, overrides)
+    except ConfigError as exc:
+        # a required option left out is named as the user would type it
+        missing = re.search(r"missing required key '([^']+)'", str(exc))
+        if path is None and missing:
+            leaves = {key: f for key, f, _, _ in _leaf_fields(cls)}
+            f = leaves.get(missing[1])
+            if f is not None:
+                name = missing[1].upper().replace(".", "_") if f.metadata.get("positional") else option_flag(
+                    missing[1], f)
+                raise ConfigError(f"{name} is required ({f.metadata.get('help', '')})") from None
+        raise
 
 
 def describe_flags(cls: type) -> list[tuple[str, str, str]]:

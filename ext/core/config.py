@@ -200,6 +200,19 @@ def _check_range(value: Any, meta: Mapping[str, Any], where: str, key: str) -> N
             raise ConfigError(f"{where}: key '{key}' = {value!r} is out of range (must be {sign} {bound})")
 
 
+def check_ranges(options: Any, where: str | None = None) -> None:
+    """Check every field of the dataclass instance ``options`` against its ``option(ge=, gt=, le=, lt=,
+    choices=)``: what the YAML loader checks, for an object built directly in Python (call it from
+    ``__post_init__``).
+
+    Raises:
+        ConfigError: ``"<where>: key '<field>' ..."`` for the first value out of range.
+    """
+    where = where or type(options).__name__
+    for f in dataclasses.fields(options):
+        _check_range(getattr(options, f.name), f.metadata, where, f.name)
+
+
 def _from_mapping(cls: type[T], data: Mapping[str, Any], where: str, prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}

@@ -16,22 +16,11 @@ dataclass built in Python is checked like one read from a file.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from torchhpc.ext.core.config import _check_range, option
+from torchhpc.ext.core.config import check_ranges, option
 from torchhpc.ext.core.errors import ConfigError
 from torchhpc.ext.core.runs import RunOptions
-
-
-def check_ranges(options, where: str) -> None:
-    """Check every field of ``options`` against its ``option(ge=, gt=, le=, lt=, choices=)``.
-
-    Raises:
-        ConfigError: ``"<where>: key '<field>' ..."`` for the first value out of range.
-    """
-    for f in dataclasses.fields(options):
-        _check_range(getattr(options, f.name), f.metadata, where, f.name)
 
 
 @dataclass
