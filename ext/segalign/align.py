@@ -17,88 +17,15 @@ from pathlib import Path
 
 import torch
 
+from torchhpc.ext.core.device import pick_device
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 
+from .config import BACKENDS, AlignConfig
 from .fasta import SequenceSet, read_fasta
-from .ops import (
-    BACKENDS,
-    HSPs,
-    remove_contained,
-    resolve_backend,
-    ungapped_hsps,
-    ungapped_hsps_fused,
-)
+from .ops import HSPs, remove_contained, ungapped_hsps, ungapped_hsps_fused
 from .output import Alignment, hsps_to_alignments
-from .scoring import Scoring, hoxd70, read_scoring_file
 from .seeds import build_index, expand_lookups, parse_seed, seed_lookups
-
-
-@dataclass
-class AlignConfig:
-    """Options of ``torchhpc align`` (LASTZ's names and defaults; ydrop as SegAlign)."""
-
-    seed: str = "12of19"
-    """spaced seed: 12of19, 14of22, matchN or a 0/1 pattern"""
-    transition: bool = True
-    """allow one transition in the seed's care positions"""
-    step: int = 1
-    """index every step-th target position"""
-    strand: str = "both"
-    """plus, minus or both (minus: the query's reverse complement)"""
-    xdrop: int = 910
-    """ungapped X-drop"""
-    hspthresh: int = 3000
-    """HSP score threshold"""
-    entropy: bool = True
-    """LASTZ's entropy adjustment of low-complexity HSP scores"""
-    gapped: bool = True
-    """run gapped extension (False: --nogapped, write the HSPs)"""
-    gapped_by: str = "native"
-    """native (torchhpc's Y-drop DP) or lastz (hand the HSPs to an installed lastz)"""
-    ydrop: int = 9430
-    """gapped Y-drop"""
-    gappedthresh: int | None = None
-    """gapped alignment score threshold (default: hspthresh)"""
-    scoring: str | None = None
-    """LASTZ scoring file (default HOXD70, gap open 400, extend 30)"""
-    ambiguous: str | None = None
-    """None, n or iupac (LASTZ --ambiguous)"""
-    max_hits: int = 1 << 22
-    """seed hits extended per batch (bounds memory: about 200 bytes a hit)"""
-    interval: int = 1 << 20
-    """query positions per interval (the unit of work and of the progress bar)"""
-    device: str = "cpu"
-    """where seeding and the filter run (cpu, cuda)"""
-    fused: bool = False
-    """numba only: seeding and filter in one compiled pass (no tensors of look-ups or hits, least memory;
-    faster or slower than the default depending on the CPU's memory latency)"""
-    backend: str = "auto"
-    """filter kernel: auto (Triton on CUDA, numba on the CPU where installed, else torch), torch, numba or triton"""
-    progress: bool = False
-    """progress bars over query intervals"""
-    lastz: str = "lastz"
-    """lastz executable for gapped_by=lastz"""
-
-    def check(self) -> None:
-        """Raises InputError naming the option when a value is impossible."""
-        if self.strand not in ("plus", "minus", "both"):
-            raise InputError(f"--strand must be plus, minus or both, got {self.strand!r}")
-        for name in ("xdrop", "hspthresh", "ydrop", "max_hits", "interval", "step"):
-            if getattr(self, name) <= 0:
-                raise InputError(f"--{name} must be positive, got {getattr(self, name)}")
-        if self.gappedthresh is not None and self.gappedthresh <= 0:
-            raise InputError(f"--gappedthresh must be positive, got {self.gappedthresh}")
-        if self.gapped_by not in ("native", "lastz"):
-            raise InputError(f"--gapped-by must be native or lastz, got {self.gapped_by!r}")
-        if self.backend not in BACKENDS:
-            raise InputError(f"--backend must be one of {', '.join(BACKENDS)}; got {self.backend!r}")
-        parse_seed(self.seed)
-
-    def scoring_scheme(self) -> Scoring:
-        sc = read_scoring_file(self.scoring) if self.scoring else hoxd70()
-        if self.ambiguous is not None and self.scoring is None:
-            sc.ambiguous_score = -100 if self.ambiguous == "iupac" else 0
-        return sc
 
 
 @dataclass
@@ -114,9 +41,17 @@ class AlignResult:
 
 def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
               query_rc: SequenceSet | None = None) -> tuple[dict[str, HSPs], dict]:
-    """Seeding and the ungapped filter on both strands -> ``{"+": HSPs, "-": HSPs}`` and counters."""
+    """Seeding and the ungapped filter on both strands -> ``{"+": HSPs, "-": HSPs}`` and counters.
+
+    The counters include ``backend``, the filter kernel that ran (what
+    :func:`~torchhpc.ext.core.dispatch.resolve_backend` chose for ``cfg.backend`` on ``cfg.device``),
+    and ``fused``, whether the one-pass numba kernel ran.
+
+    Raises:
+        ConfigError: an impossible option; InputError: a device or backend that cannot run here.
+    """
     cfg.check()
-    dev = torch.device(cfg.device)
+    dev = pick_device(cfg.device)
     pattern = parse_seed(cfg.seed)
     table = cfg.scoring_scheme().table(cfg.xdrop, dev)
     t_codes = target.codes.to(dev)
@@ -125,7 +60,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.keys.numel()),
              "hits": 0, "extended": 0, "rounds": 0}
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
-    backend = resolve_backend(cfg.backend, dev)
+    backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
     stats["backend"] = backend
     qcodes = {}
     for strand in strands:
@@ -137,6 +72,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     # numba: seed look-ups and hits as tensor ops (vectorised gathers), the filter compiled; or, with
     # cfg.fused, seeding and filter in one compiled pass (no tensors of hits: least memory)
     fused = backend == "numba" and cfg.fused and index.offsets is not None
+    stats["fused"] = fused
     # with several CPU threads the compiled filter runs whole intervals side by side (exact: intervals
     # are independent); otherwise one interval at a time, its diagonals split over the threads
     workers = min(torch.get_num_threads(), len(tasks)) if backend == "numba" else 1
@@ -212,9 +148,16 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
 
 
 def align_files(target_path: str | Path, query_path: str | Path, cfg: AlignConfig | None = None) -> AlignResult:
-    """Align two FASTA files (``lastz TARGET QUERY`` with the same options)."""
+    """Align two FASTA files (``lastz TARGET QUERY`` with the same options).
+
+    Raises:
+        ConfigError: an impossible option; InputError: a missing or malformed file, a device or
+            backend that cannot run here.
+    """
     cfg = cfg or AlignConfig()
     cfg.check()
+    # an unusable device or backend fails before the files are read
+    resolve_backend(cfg.backend, pick_device(cfg.device), choices=BACKENDS, what="--backend")
     target = read_fasta(target_path, cfg.ambiguous)
     query = read_fasta(query_path, cfg.ambiguous)
     return align_sequences(target, query, cfg, str(target_path), str(query_path))

@@ -19,13 +19,15 @@ on the same diagonal are removed (SegAlign's de-duplication).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+
+from .config import BACKENDS
 
 
 def xdrop_extend_torch(
@@ -110,14 +112,6 @@ def xdrop_extend_torch(
     return best, length, scanned
 
 
-def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def xdrop_extend(
     t_codes: torch.Tensor,
     q_codes: torch.Tensor,
@@ -129,16 +123,18 @@ def xdrop_extend(
     backend: Literal["auto", "torch", "triton", "numba"] = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Dispatch: the Triton kernel for CUDA tensors, the numba kernel for CPU tensors where
-    numba is installed (``auto``), the torch twin otherwise.
+    numba is installed (``auto``), the torch twin otherwise
+    (:func:`torchhpc.ext.core.dispatch.resolve_backend` decides).
 
     Shapes and results as :func:`xdrop_extend_torch`.
 
     Raises:
-        InputError: an unknown backend or a direction other than +-1.
+        InputError: an unknown backend, one that cannot run on the tensors' device, or a
+            direction other than +-1.
     """
     if direction not in (1, -1):
         raise InputError(f"direction must be +1 or -1, got {direction}")
-    backend = resolve_backend(backend, t_codes.device)
+    backend = resolve_backend(backend, t_codes.device, choices=BACKENDS)
     if backend == "triton":
         from torchhpc.triton_kernels.segalign import xdrop_extend_triton
 
@@ -148,36 +144,6 @@ def xdrop_extend(
 
         return xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
     return xdrop_extend_torch(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
-
-
-BACKENDS = ("auto", "torch", "triton", "numba")
-
-
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """``auto`` -> ``triton`` on CUDA, ``numba`` on the CPU where installed, else ``torch``.
-
-    Raises:
-        InputError: an unknown backend, or one that cannot run on ``device``.
-    """
-    if backend not in BACKENDS:
-        raise InputError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
-    if backend == "auto":
-        if device.type == "cuda":
-            return "triton" if triton_available() else "torch"
-        from .cpu_kernels import numba_available
-
-        return "numba" if numba_available() else "torch"
-    if backend == "numba":
-        from .cpu_kernels import numba_available
-
-        if not numba_available():
-            raise InputError("backend 'numba' needs numba (pip install numba), or use backend 'torch'")
-        if device.type != "cpu":
-            raise InputError(f"backend 'numba' runs on the CPU; the tensors are on {device}")
-    if backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise InputError("backend 'triton' needs a CUDA device (--device cuda), or TRITON_INTERPRET=1 to "
-                         "interpret it on the CPU")
-    return backend
 
 
 # ----------------------------------------------------------------------------- HSPs
@@ -298,7 +264,7 @@ def ungapped_hsps(
     stats = {"hits": int(t_end.numel()), "extended": 0, "rounds": 0}
     if t_end.numel() == 0:
         return HSPs.empty(strand, t_end.device), stats
-    backend = resolve_backend(backend, t_codes.device)
+    backend = resolve_backend(backend, t_codes.device, choices=BACKENDS)
     parts = []
     if backend == "numba":
         from .cpu_kernels import ungapped_scan_hits

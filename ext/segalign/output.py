@@ -7,10 +7,15 @@ count along its reverse complement.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 import numpy as np
+
+from torchhpc.ext.core.errors import InputError
 
 from .fasta import SequenceSet
 from .ops import HSPs
@@ -102,3 +107,59 @@ def write_segments(alns: list[Alignment], fh: TextIO, header: bool = True) -> No
 
 
 WRITERS = {"maf": write_maf, "maf-": write_maf, "general": write_general, "segments": write_segments}
+
+
+def _to_stdout(path: str | os.PathLike | None) -> bool:
+    return path is None or str(path) in ("", "-")
+
+
+def check_output(path: str | os.PathLike | None) -> None:
+    """Fail before any work when ``path`` cannot be written (``None`` or ``-``: standard output).
+
+    The file itself is not touched: an existing file keeps its contents until the alignments are
+    written.
+
+    Raises:
+        InputError: ``path`` is a folder, its folder does not exist, or it is not writable.
+    """
+    if _to_stdout(path):
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"--output {p}: is a folder, not a file")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise InputError(f"--output {p}: not writable (permission denied)")
+        return
+    parent = p.parent
+    if not parent.is_dir():
+        raise InputError(f"--output {p}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"--output {p}: cannot create a file in {parent} (permission denied)")
+
+
+def write_alignments(alns: list[Alignment], fmt: str, path: str | os.PathLike | None = None) -> None:
+    """Write ``alns`` in format ``fmt`` (a key of :data:`WRITERS`) to ``path`` (``None`` or ``-``: stdout).
+
+    Raises:
+        InputError: an unknown format, or the write failed (a full disk, ``/dev/full``); the
+            message names the file and the reason.  A closed pipe (``| head``) is left to the caller.
+    """
+    if fmt not in WRITERS:
+        raise InputError(f"--format must be one of {', '.join(WRITERS)}; got {fmt!r}")
+    writer = WRITERS[fmt]
+    where = "standard output" if _to_stdout(path) else str(path)
+    try:
+        if _to_stdout(path):
+            writer(alns, sys.stdout)
+            sys.stdout.flush()
+        else:
+            with open(path, "w") as fh:
+                writer(alns, fh)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        if _to_stdout(path):  # drop what is still buffered, so that the exit's final flush does not fail again
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        raise InputError(f"cannot write the alignments to {where}: {exc.strerror or exc}") from None

@@ -28,6 +28,9 @@ from torchhpc.ext.core.errors import InputError
 #: seeds of at most this weight get a direct-address (counting-sort) table: 4**12 entries = 128 MiB
 DIRECT_TABLE_MAX_WEIGHT = 12
 
+#: most care positions of a seed: a key packs 2 bits per care base into an int64 (and -1 marks "no key")
+MAX_SEED_WEIGHT = 31
+
 #: named seeds (LASTZ's)
 SEEDS = {
     "12of19": "1110100110010101111",
@@ -36,23 +39,27 @@ SEEDS = {
 
 
 def parse_seed(spec: str) -> str:
-    """``"12of19"``, ``"14of22"`` or a 0/1 pattern (LASTZ's ``--seed=match12`` too) -> the 0/1 pattern.
+    """``"12of19"``, ``"14of22"``, LASTZ's ``"matchN"`` or a 0/1 pattern -> the 0/1 pattern.
 
     Raises:
         InputError: an unknown name, a pattern with other characters, one that does not
-            start and end with 1, or more than 31 care positions.
+            start and end with 1, or fewer than 1 or more than :data:`MAX_SEED_WEIGHT` care
+            positions (``match0``, ``match99`` included).
     """
     spec = spec.strip()
     if spec in SEEDS:
         return SEEDS[spec]
     if spec.startswith("match") and spec[5:].isdigit():
-        return "1" * int(spec[5:])
+        n = int(spec[5:])
+        if not 1 <= n <= MAX_SEED_WEIGHT:
+            raise InputError(f"--seed {spec!r}: matchN needs N between 1 and {MAX_SEED_WEIGHT}")
+        return "1" * n
     if not spec or set(spec) - {"0", "1"}:
         raise InputError(f"--seed {spec!r}: expected 12of19, 14of22, matchN or a pattern of 0s and 1s")
     if spec[0] != "1" or spec[-1] != "1":
         raise InputError(f"--seed {spec!r}: a spaced seed must start and end with 1")
-    if not 1 <= spec.count("1") <= 31:
-        raise InputError(f"--seed {spec!r}: between 1 and 31 care positions are supported")
+    if not 1 <= spec.count("1") <= MAX_SEED_WEIGHT:
+        raise InputError(f"--seed {spec!r}: between 1 and {MAX_SEED_WEIGHT} care positions are supported")
     return spec
 
 

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from torchhpc.ext.core.dispatch import resolve_backend
+from torchhpc.ext.segalign.config import BACKENDS
 from torchhpc.ext.segalign.lastz import read_maf
 from torchhpc.ext.segalign.recall import lastz_available
 from torchhpc.ext.segalign.simulate import simulate_pair
@@ -40,6 +42,40 @@ def test_align_writes_maf_both_strands(cli, pair, tmp_path):
     assert {a.strand for a in alns} == {"+", "-"}
     stats = json.loads(res.stderr.strip().splitlines()[-1])
     assert stats["alignments"] == len(alns) and stats["hits"] > 0
+    assert stats["backend"] == resolve_backend("auto", "cpu", choices=BACKENDS)  # what ran, not a guess
+
+
+def test_stats_name_the_backend_asked_for(cli, pair):
+    """--backend torch runs the torch twin, and --stats says so."""
+    res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--backend", "torch", "--stats",
+              "--strand", "plus")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads(res.stderr.strip().splitlines()[-1])["backend"] == "torch"
+
+
+def test_unwritable_output_fails_before_aligning(pair, tmp_path, monkeypatch):
+    """An --output in a missing folder is refused before the FASTA files are even read."""
+    from torchhpc.ext.segalign import align
+    from torchhpc.trainers.cli import main
+
+    def boom(*_a, **_k):
+        raise AssertionError("aligned before checking --output")
+
+    monkeypatch.setattr(align, "align_files", boom)
+    assert main(["align", str(pair / "t.fa"), str(pair / "q.fa"), "--output", str(tmp_path / "no" / "x.maf")]) == 1
+
+
+def test_yaml_config_and_flags(pair, tmp_path):
+    """Options can come from a YAML file (the same dataclass); a flag beats the file."""
+    from torchhpc.trainers.cli import main
+
+    cfg = tmp_path / "align.yaml"
+    cfg.write_text("gapped: false\nformat: segments\nstrand: minus\n")
+    out = tmp_path / "x.segments"
+    assert main(["align", str(pair / "t.fa"), str(pair / "q.fa"), "--config", str(cfg), "--strand", "plus",
+                 "--output", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("#name1") and {ln.split("\t")[6] for ln in lines[1:]} == {"+"}
 
 
 def test_nogapped_segments_and_general(cli, pair):
@@ -70,10 +106,19 @@ def test_gapped_by_lastz(cli, pair):
         ("protein", [], ["protein"]),
         ("badchar", [], ["record 1", "position 4", "'!'"]),
         (None, ["--seed", "01101"], ["--seed", "must start and end with 1"]),
-        (None, ["--xdrop", "0"], ["--xdrop must be positive"]),
+        (None, ["--xdrop", "0"], ["--xdrop", "out of range", "> 0"]),
+        (None, ["--max-hits", "0"], ["--max-hits", "out of range", "> 0"]),
+        (None, ["--threads", "0"], ["--threads", "out of range", ">= 1"]),
+        (None, ["--seed", "match99"], ["--seed 'match99'", "matchN needs N between 8 and 31"]),
+        (None, ["--seed", "match0"], ["--seed 'match0'", "matchN needs N between 8 and 31"]),
+        (None, ["--seed", "111"], ["--seed '111'", "too few"]),
+        (None, ["--seed", "1" * 40], ["--seed", "between 1 and 31 care positions"]),
+        (None, ["--output", "/no/such/folder/out.maf"], ["--output", "does not exist"]),
+        (None, ["--output", "/dev/full"], ["/dev/full", "No space left on device"]),
+        (None, ["--backend", "cuda-magic"], ["--backend", "must be one of"]),
         (None, ["--gapped-by", "lastz", "--lastz", "no-such-lastz"], ["lastz executable", "not on PATH"]),
         (None, ["--device", "tpu"], ["device"]),
-        (None, ["--format", "sam"], ["invalid choice"]),
+        (None, ["--format", "sam"], ["--format", "must be one of", "'sam'"]),
     ],
 )
 def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):

@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.segalign.config import BACKENDS as CHOICES
 from torchhpc.ext.segalign.cpu_kernels import numba_available
 from torchhpc.ext.segalign.fasta import SEPARATOR
 from torchhpc.ext.segalign.ops import (
     HSPs,
     match_entropy,
     remove_contained,
-    resolve_backend,
     ungapped_hsps,
     xdrop_extend,
     xdrop_extend_torch,
@@ -69,16 +70,16 @@ def test_dispatch_rejects_bad_arguments():
     with pytest.raises(InputError):
         xdrop_extend(t, q, z, z, 1, hoxd70().table(910), 910, backend="cuda-magic")
     with pytest.raises(InputError, match="CPU"):
-        resolve_backend("numba", torch.device("cuda"))
+        resolve_backend("numba", torch.device("cuda"), choices=CHOICES)
 
 
 def test_triton_on_the_cpu_needs_the_interpreter(monkeypatch):
     """backend 'triton' on CPU tensors is a clear error unless TRITON_INTERPRET=1 (as in these tests)."""
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(InputError, match="CUDA"):
-        resolve_backend("triton", torch.device("cpu"))
+        resolve_backend("triton", torch.device("cpu"), choices=CHOICES)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    assert resolve_backend("triton", torch.device("cpu")) == "triton"
+    assert resolve_backend("triton", torch.device("cpu"), choices=CHOICES) == "triton"
 
 
 def _brute_hsps(t, q, t_end, q_end, table, xdrop, thresh):

@@ -76,7 +76,7 @@ def test_parse_seed():
     """Named seeds, matchN and patterns parse; malformed ones are one-line InputErrors."""
     assert parse_seed("12of19") == SEEDS["12of19"] and parse_seed("match4") == "1111"
     assert parse_seed("1101") == "1101"
-    for bad in ["", "12of20", "0110", "11a1", "1" * 40]:
+    for bad in ["", "12of20", "0110", "11a1", "1" * 40, "match0", "match99", "match32"]:
         with pytest.raises(InputError):
             parse_seed(bad)
     with pytest.raises(InputError):

@@ -1,0 +1,63 @@
+"""Writing alignments: an unwritable --output is refused up front, a failed write is one clear error."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.segalign.output import Alignment, check_output, write_alignments
+
+
+def _aln() -> Alignment:
+    return Alignment("t", 10, 2, 6, "q", 12, 1, 5, "+", 300, "ACGT", "ACGA")
+
+
+def test_check_output_accepts_stdout_and_new_files(tmp_path):
+    """None, '-', a new file in an existing folder and an existing file pass; the file is not touched."""
+    existing = tmp_path / "old.maf"
+    existing.write_text("keep")
+    for path in (None, "-", tmp_path / "new.maf", existing):
+        check_output(path)
+    assert existing.read_text() == "keep" and not (tmp_path / "new.maf").exists()
+
+
+@pytest.mark.parametrize("make, words", [("folder", ["is a folder"]), ("missing", ["does not exist"])])
+def test_check_output_refuses(tmp_path, make, words):
+    """A folder or a file in a missing folder is an InputError naming --output."""
+    path = tmp_path if make == "folder" else tmp_path / "no" / "x.maf"
+    with pytest.raises(InputError) as exc:
+        check_output(path)
+    assert "--output" in str(exc.value) and all(w in str(exc.value) for w in words)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_write_failure_is_one_line():
+    """A full device is an InputError naming the file and the reason, not an OSError traceback."""
+    with pytest.raises(InputError, match="/dev/full: No space left on device"):
+        write_alignments([_aln()] * 2000, "maf", "/dev/full")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_check_output_read_only_folder(tmp_path):
+    """A folder without write permission is refused."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(InputError, match="permission denied"):
+            check_output(ro / "x.maf")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_write_formats(tmp_path, capsys):
+    """Every format writes to a file or to standard output; an unknown one is an InputError."""
+    write_alignments([_aln()], "segments", tmp_path / "a.seg")
+    assert (tmp_path / "a.seg").read_text().splitlines()[1] == "t\t3\t6\tq\t2\t5\t+\t300"
+    write_alignments([_aln()], "general", "-")
+    assert capsys.readouterr().out.startswith("#score")
+    with pytest.raises(InputError, match="--format"):
+        write_alignments([_aln()], "sam", tmp_path / "x.sam")
