@@ -123,7 +123,8 @@ def add_options(
 
     Every flag is listed by ``--help`` with its default and its doc, grouped by section.  Flags take
     one value, parsed as YAML (``--model.bottom [64,32]``); a bool flag alone means true
-    (``--run.resume``), and an option's ``neg_flag`` sets it false.  Flags left out keep the value
+    (``--run.resume``) and never takes the next word as its value, ``--run.resume false`` (or
+    ``=false``) sets it false, and so does an option's ``neg_flag``.  Flags left out keep the value
     from the config file or the default: the parser itself has no defaults.
 
     Args:
@@ -160,8 +161,13 @@ def add_options(
         if alt != flag and not meta.get("flag"):
             names.append(alt)
         if _is_bool(tp):
-            group.add_argument(*names, dest=dest, nargs="?", const="true", metavar="BOOL",
+            # ``--flag`` alone sets true and never takes the next word (which may be an input file);
+            # ``--flag false`` / ``--flag=false`` reach a hidden twin that takes the value.
+            group.add_argument(*names, dest=dest, action="store_const", const="true",
                                default=argparse.SUPPRESS, help=help_text)
+            for name in names:
+                parser.add_argument(name + _BOOL_VALUE, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                _bool_flags(parser).add(name)
             if meta.get("neg_flag"):
                 group.add_argument(meta["neg_flag"], dest=dest, action="store_const", const="false",
                                    default=argparse.SUPPRESS, help=f"set {flag} false")
@@ -173,6 +179,45 @@ def add_options(
 
 
 _DEST = "opt:"
+_BOOL_VALUE = ":value"
+_BOOL_WORDS = {"true", "false", "yes", "no", "on", "off", "1", "0"}
+
+
+def _bool_flags(parser: argparse.ArgumentParser) -> set[str]:
+    """The parser's bool flags; the first call makes its parse accept ``--flag false``."""
+    flags = getattr(parser, "_torchhpc_bool_flags", None)
+    if flags is None:
+        flags = set()
+        parser._torchhpc_bool_flags = flags
+        plain = parser.parse_known_args
+
+        def parse_known_args(args=None, namespace=None):
+            argv = list(sys.argv[1:] if args is None else args)
+            return plain(_bool_values(argv, flags), namespace)
+
+        parser.parse_known_args = parse_known_args
+    return flags
+
+
+def _bool_values(argv: list[str], flags: set[str]) -> list[str]:
+    """Rewrite ``--flag false`` and ``--flag=false`` into the hidden ``--flag:value false``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name, eq, value = tok.partition("=")
+        if name in flags and eq:
+            out += [name + _BOOL_VALUE, value]
+        elif tok in flags and i + 1 < len(argv) and argv[i + 1].lower() in _BOOL_WORDS:
+            out += [tok + _BOOL_VALUE, argv[i + 1]]
+            i += 1
+        elif tok == "--":
+            out += argv[i:]
+            break
+        else:
+            out.append(tok)
+        i += 1
+    return out
 
 
 def flag_overrides(cls: type, args: argparse.Namespace) -> list[tuple[str, list[str], Any]]:

@@ -105,3 +105,12 @@ def test_config_file_faults(tmp_path):
         with pytest.raises(ConfigError) as err:
             load_config(Job, path, ["target=x"])
         assert str(path) in str(err.value) and needle in str(err.value)
+
+
+def test_bool_flag_never_swallows_an_input_file():
+    """``--gapped t.fa`` sets the flag and keeps t.fa as the input; ``--gapped false`` and ``=false`` unset it."""
+    p = _parser()
+    assert options_from_args(Job, p.parse_args(["--gapped", "t.fa"])) == Job(target="t.fa", gapped=True)
+    assert options_from_args(Job, p.parse_args(["--gapped", "false", "t.fa"])).gapped is False
+    assert options_from_args(Job, p.parse_args(["t.fa", "--gapped=no"])).gapped is False
+    assert options_from_args(Job, p.parse_args(["t.fa", "--gapped", "--nogapped"])).gapped is False
