@@ -99,7 +99,7 @@ class RunOptions:
     """Where a job writes its run folder."""
 
     root: str = option("runs", help="parent folder of all runs")
-    run_id: str | None = option(None, help="run folder name (default: a new timestamped id)")
+    run_id: str | None = option(None, help="run folder name (null: a new timestamped id)")
     resume: bool = option(False, help="continue run_id from its last checkpoint")
     progress: bool = option(True, help="show progress bars (rank 0)")
 

@@ -16,7 +16,10 @@ into ``P`` contiguous pipeline stages.  The schedules:
 Modules: :mod:`.modules` (ResNet-v2, MLP), :mod:`.partition` (profiling and stage
 balancing), :mod:`.runtime` (the pipeline engine), :mod:`.reference` (plain
 single-process training, the exactness reference), :mod:`.simulator` (discrete-event
-model of the schedules), :mod:`.data`, :mod:`.config`, :mod:`.timeline`.
+model of the schedules, and its calibration on measured runs), :mod:`.train` (the
+training job: build, profile and split, train under torchrun, launch torchrun),
+:mod:`.config` (every option, as dataclasses), :mod:`.data`, :mod:`.timeline`,
+:mod:`.demo` (the step of ``torchhpc demo``).
 """
 
 from __future__ import annotations

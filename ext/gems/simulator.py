@@ -21,17 +21,25 @@ bandwidth and latency.  The model follows the runtime (:mod:`.runtime`) action b
 
 Memory per rank = weights + gradients + optimizer state of the stages it holds, plus the
 peak over the update of stashed activations and posted receive buffers.
+
+:func:`calibrate` fits the machine constants (stage times, the time per update outside the
+pipeline, the co-run slowdown) on measured updates, and :func:`calibration_from_run` on a gems
+run folder (``torchhpc gems simulate --calibrate runs/gems/<id>``); :func:`predict` is
+``gems simulate``: every schedule on every device count of a :class:`~.config.GemsSimulate`.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from torchhpc.ext.core.errors import ConfigError, InputError
 
-from .partition import StageInfo, actions_after
+from .config import GemsSimulate
+from .partition import BlockProfile, StageInfo, actions_after, stage_infos
 
 
 @dataclass
@@ -267,3 +275,191 @@ def simulation_table(rows: Sequence[SimResult]) -> str:
                      f"{r.global_batch:>7} {r.step_s * 1e3:>9.2f} {r.allreduce_s * 1e3:>12.3f} "
                      f"{r.samples_per_s:>10.2f} {r.busy_fraction:>5.2f} {max(r.peak_bytes) / 2**20:>13.2f}")
     return "\n".join(lines)
+
+
+# ============================================================================ calibration on measured runs
+
+
+def stage_times_from_spans(stages: Sequence[StageInfo], spans: Mapping[str, Sequence[float]]) -> list[StageInfo]:
+    """``stages`` with each forward and backward time replaced by the median of the measured spans.
+
+    Args:
+        stages: per-stage byte counts (e.g. :func:`~.partition.stage_infos` of a profile); their times are replaced.
+        spans: ``"<stage><F|B>"`` (``"0F"``, ``"1B"``, ...) -> the compute seconds of every such action measured
+            (waits for inputs are not part of a span).
+
+    Raises:
+        InputError: a stage has no measured forward or backward span.
+    """
+    out = []
+    for info in stages:
+        times = []
+        for kind in "FB":
+            values = list(spans.get(f"{info.stage}{kind}", []))
+            if not values:
+                raise InputError(f"calibrate: no measured {'forward' if kind == 'F' else 'backward'} action of "
+                                 f"stage {info.stage}")
+            times.append(statistics.median(values))
+        out.append(replace(info, forward_s=times[0], backward_s=times[1]))
+    return out
+
+
+@dataclass
+class Calibration:
+    """The simulator's machine constants fitted on measured updates (see :func:`calibrate`)."""
+
+    stages: list[StageInfo]
+    """the stages with their measured forward and backward seconds per micro-batch."""
+    overhead_s: float
+    """fixed time per update outside the pipeline's actions (``simulate(update_overhead_s=...)``)."""
+    corun_slowdown: float
+    """factor by which a stage slows while the other ranks compute too (``simulate(corun_slowdown=...)``)."""
+
+    def as_dict(self) -> dict:
+        return {"overhead_s": self.overhead_s, "corun_slowdown": self.corun_slowdown,
+                "stages": [asdict(s) for s in self.stages]}
+
+
+def calibrate(stages: Sequence[StageInfo], spans: Mapping[str, Sequence[float]], overheads: Sequence[float], *,
+              step_s: float | None = None, schedule: str = "mast", micro_batches: int = 1, eta: int = 1,
+              groups: int = 1, micro_batch: int = 1, bandwidth: float = 1e10, latency: float = 2e-5,
+              allreduce_bandwidth: float | None = None) -> Calibration:
+    """Fit the simulator's machine constants on measured updates, to predict other configurations.
+
+    Three constants: each stage's forward and backward time (the median of the measured ``spans``), the fixed
+    time per update outside the actions (the median of ``overheads``), and the co-run slowdown, found by
+    bisection in [1, 4] as the factor that makes the simulated update of (``schedule``, ``micro_batches``,
+    ``eta``, ``groups``) as long as ``step_s``.  The spans should come from a run whose ranks never compute at
+    once (GPipe with one micro-batch: benchmarks/gems.py fits on it and on MAST's update time); spans from a run
+    that overlaps already hold the slowdown, and the fit then gives about 1.  Without ``step_s``, or where the
+    simulated update does not depend on the slowdown (GPipe with one micro-batch, one stage), it is 1.
+
+    Args:
+        stages: per-stage bytes (their times are replaced), ``P`` entries.
+        spans: ``"<stage><F|B>"`` -> measured compute seconds of each such action.
+        overheads: per measured update, seconds outside the actions (time before rank 0's first action plus the
+            shortest time after a rank's last action: slicing, the optimizer step, the loss reduction).
+        step_s: the measured time per update of the configuration the slowdown is fitted on.
+        schedule, micro_batches, eta, groups, micro_batch: that configuration.
+        bandwidth, allreduce_bandwidth, latency: the link, bytes/s and seconds per message.
+
+    Returns:
+        a :class:`Calibration`.
+
+    Raises:
+        InputError: no overheads, a stage without spans, or a non-positive ``step_s``.
+    """
+    base = stage_times_from_spans(stages, spans)
+    if not overheads:
+        raise InputError("calibrate: no measured updates (overheads is empty)")
+    overhead = statistics.median(overheads)
+    if step_s is None:
+        return Calibration(base, overhead, 1.0)
+    if step_s <= 0:
+        raise InputError(f"calibrate: step_s = {step_s} must be > 0")
+    kw = dict(eta=eta, groups=groups, micro_batch=micro_batch, bandwidth=bandwidth, latency=latency,
+              allreduce_bandwidth=allreduce_bandwidth, update_overhead_s=overhead)
+    if simulate(base, schedule, micro_batches, corun_slowdown=4.0, **kw).step_s \
+            <= simulate(base, schedule, micro_batches, **kw).step_s * (1 + 1e-9):
+        return Calibration(base, overhead, 1.0)  # no overlap: the slowdown cannot be seen in this configuration
+    lo, hi = 1.0, 4.0  # the simulated update grows with the slowdown: bisect
+    if simulate(base, schedule, micro_batches, **kw).step_s >= step_s:
+        hi = 1.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        if simulate(base, schedule, micro_batches, corun_slowdown=mid, **kw).step_s < step_s:
+            lo = mid
+        else:
+            hi = mid
+    return Calibration(base, overhead, hi)
+
+
+def calibration_from_run(run_dir: str | Path, profile: BlockProfile, *, bandwidth: float, latency: float,
+                         allreduce_bandwidth: float | None = None) -> Calibration:
+    """:func:`calibrate` on a measured gems run folder (``runs/gems/<id>``, written by :func:`~.train.train`).
+
+    Its ``summary.json`` gives the schedule, sizes, the stage split and every timed update's action spans and
+    time outside the actions; its ``metrics.jsonl`` the time of each update (the median after
+    ``train.warmup_steps`` is the update time the co-run slowdown is fitted to).
+
+    Args:
+        run_dir: the run folder.
+        profile: a profile of the run's model (its byte counts; the run's own split is used).
+
+    Raises:
+        InputError: the folder has no summary.json or metrics.jsonl, was written before runs recorded their
+            action times, or split a model with another number of blocks than ``profile``.
+    """
+    import json
+
+    run_dir = Path(run_dir)
+    summary_path, metrics_path = run_dir / "summary.json", run_dir / "metrics.jsonl"
+    for path in (summary_path, metrics_path):
+        if not path.is_file():
+            raise InputError(f"--calibrate {run_dir}: {path.name} not found (a gems run folder is runs/gems/<id>)")
+    try:
+        summary = json.loads(summary_path.read_text())
+        rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise InputError(f"--calibrate {run_dir}: cannot read its JSON ({exc})") from None
+    times = summary.get("update_times")
+    if not times or not times.get("overhead_s"):
+        raise InputError(f"--calibrate {run_dir}: summary.json has no measured action times (update_times); the "
+                         "run is older than calibration or had no update after train.warmup_steps")
+    bounds = [tuple(b) for b in summary["bounds"]]
+    if bounds[-1][1] != len(profile.forward_s):
+        raise InputError(f"--calibrate {run_dir}: the run's model has {bounds[-1][1]} blocks, the config's "
+                         f"{len(profile.forward_s)} (pass --config {run_dir / 'config.yaml'})")
+    stages = stage_infos(profile, bounds)
+    warmup = len(rows) - len(times["overhead_s"])
+    step_s = statistics.median(r["step_s"] for r in rows[warmup:])
+    return calibrate(stages, times["spans"], times["overhead_s"], step_s=step_s, schedule=summary["schedule"],
+                     micro_batches=summary["micro_batches"], eta=summary["eta"], groups=summary["groups"],
+                     micro_batch=summary["micro_batch"], bandwidth=bandwidth, latency=latency,
+                     allreduce_bandwidth=allreduce_bandwidth)
+
+
+def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
+    """``gems simulate``: profile the configured blocks and simulate every schedule of ``simulate.schedules`` on
+    every device count of ``simulate.devices`` (``pipeline.stages`` per group, ``devices / stages`` groups;
+    MASTER with ``pipeline.eta``, at least 2).  With ``simulate.calibrate`` the stage times, the time per update
+    outside the pipeline and the co-run slowdown are fitted on that run (:func:`calibration_from_run`) instead.
+
+    Returns:
+        the results and a one-line description of their inputs.
+
+    Raises:
+        InputError: a device count that is not a multiple of ``pipeline.stages``; see
+            :func:`calibration_from_run`.
+    """
+    import torch
+
+    from .train import profile, sample_shape, stage_bounds
+
+    opt, p = cfg.simulate, cfg.pipeline
+    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    for n in opt.device_counts:
+        if n % p.stages:
+            raise InputError(f"--devices {n} is not a multiple of pipeline.stages = {p.stages}")
+    prof = profile(cfg)
+    link = dict(bandwidth=opt.bandwidth * 1e9, latency=opt.latency * 1e-6,
+                allreduce_bandwidth=(opt.allreduce_bandwidth or opt.bandwidth) * 1e9)
+    infos = stage_infos(prof, stage_bounds(cfg, prof))
+    corun, overhead = opt.corun_slowdown, opt.overhead_ms * 1e-3
+    what = (f"stages from profiling {cfg.model.kind}-{cfg.model.depth} at {sample_shape(cfg)}, micro-batch "
+            f"{prof.micro_batch}; link {opt.bandwidth} GB/s, {opt.latency} us")
+    if opt.calibrate:
+        cal = calibration_from_run(opt.calibrate, prof, **link)
+        infos, corun, overhead = cal.stages, cal.corun_slowdown, cal.overhead_s
+        what = (f"stages and machine calibrated on {opt.calibrate}: forward / backward "
+                + ", ".join(f"{i.forward_s * 1e3:.2f} / {i.backward_s * 1e3:.2f} ms" for i in infos)
+                + f", {overhead * 1e3:.2f} ms per update outside the pipeline, co-run slowdown {corun:.3f}; "
+                f"link {opt.bandwidth} GB/s, {opt.latency} us")
+    rows = []
+    for n in opt.device_counts:
+        for schedule in opt.schedule_names:
+            eta = max(p.eta, 2) if schedule == "master" else 1
+            rows.append(simulate(infos, schedule, p.micro_batches, eta=eta, groups=n // p.stages,
+                                 micro_batch=cfg.micro_batch, corun_slowdown=corun, update_overhead_s=overhead,
+                                 **link))
+    return rows, what

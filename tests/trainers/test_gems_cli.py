@@ -69,9 +69,10 @@ def test_world_size_that_does_not_fit_fails_fast_under_torchrun(tmp_path):
 
 
 @pytest.mark.distributed
-def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(tmp_path):
+def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_path):
     """torchrun MAST training logs loss/samples/s/peak memory, draws the timeline, and a run stopped
-    after 2 updates and resumed to 4 has the loss trajectory of an uninterrupted 4-update run."""
+    after 2 updates and resumed to 4 has the loss trajectory of an uninterrupted 4-update run; `gems simulate
+    --calibrate` fits the simulator on the run."""
     root = f"run.root={tmp_path}"
     full = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=full"])
     assert full.returncode == 0, full.stderr[-3000:]
@@ -86,6 +87,14 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(tmp_path)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     assert all(r["samples_per_s"] > 0 and r["peak_model_mib"] > 0 for r in rows)
+    # the run records its action times (updates after the warm-up one), and the simulator calibrates on them
+    times = summary["update_times"]
+    assert sorted(times["spans"]) == ["0B", "0F", "1B", "1F"] and len(times["overhead_s"]) == 3
+    assert all(t > 0 for spans in times["spans"].values() for t in spans)
+    cal = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(run), "--devices", "2,8",
+              timeout=120)
+    assert cal.returncode == 0, cal.stderr
+    assert f"calibrated on {run}" in cal.stdout and "co-run slowdown" in cal.stdout
 
     first = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=cut", "--set", "train.steps=2"])
     assert first.returncode == 0, first.stderr[-3000:]
@@ -97,8 +106,8 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(tmp_path)
 def test_single_process_train_partition_and_simulate(cli, tmp_path):
     """A one-stage config trains in-process; `partition` prints the stage report; `simulate` predicts
     up to 1,024 devices."""
-    res = cli("gems", "train", "--config", DEBUG, "--set", "pipeline.stages=1", "--set", "train.steps=2",
-                  "--set", f"run.root={tmp_path}", timeout=120)
+    res = cli("gems", "train", "--config", DEBUG, "--pipeline.stages", "1", "--train.steps", "2",
+              "--run.root", str(tmp_path), timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.strip().splitlines()[-1])["samples_per_s"] > 0
     part = cli("gems", "partition", "--config", DEBUG, "--set", "pipeline.stages=3", timeout=120)
@@ -121,7 +130,7 @@ def test_single_process_train_partition_and_simulate(cli, tmp_path):
 def test_every_shipped_config_loads():
     """configs/gems/*.yaml all load into the typed config, with world sizes that match their torchrun commands."""
     from torchhpc.ext.core.config import load_config
-    from torchhpc.trainers.gems import GemsConfig
+    from torchhpc.ext.gems.config import GemsConfig
 
     sizes = {}
     for path in sorted((REPO / "configs/gems").glob("*.yaml")):
@@ -129,3 +138,10 @@ def test_every_shipped_config_loads():
         sizes[path.stem] = cfg.world_size
         assert f"--nproc-per-node {cfg.world_size}" in path.read_text()
     assert sizes["mast_resnet"] == 2 and sizes["hybrid_resnet"] == 4 and len(sizes) >= 5
+
+
+def test_calibrate_on_a_folder_that_is_not_a_run_is_one_line(cli, tmp_path):
+    """`gems simulate --calibrate DIR` on a folder without a run's summary.json stops with one line naming it."""
+    res = cli("gems", "simulate", "--config", DEBUG, "--calibrate", str(tmp_path), timeout=120)
+    assert res.returncode == 1 and "--calibrate" in res.stderr and "summary.json not found" in res.stderr
+    assert "Traceback" not in res.stderr

@@ -106,9 +106,90 @@ def test_scales_to_1024_devices_quickly():
         simulate(uniform(2), "zero-bubble", 1)
 
 
-def test_benchmark_calibration_recovers_known_machine_parameters():
-    """benchmarks/gems.py fits stage times, the per-update overhead and the co-run slowdown on the
-    one-micro-batch runs; fed runs made by the simulator with known values, it gives those values back."""
+TRUE = [StageInfo(0, (0, 3), 0.012, 0.020, 1000, 10_000, 2_000_000),
+        StageInfo(1, (3, 7), 0.015, 0.027, 300_000, 20_000, 40)]
+LINK = {"bandwidth": 1.5e9, "latency": 1e-4}
+
+
+def _measured_spans(stages, n: int = 6) -> dict[str, list[float]]:
+    return {f"{s.stage}{k}": [t] * n for s in stages for k, t in (("F", s.forward_s), ("B", s.backward_s))}
+
+
+def _profile_of(stages):
+    """Stage byte counts with placeholder times (what a profile gives before calibration)."""
+    return [StageInfo(s.stage, s.blocks, 1.0, 1.0, s.param_bytes, s.activation_bytes, s.output_bytes) for s in stages]
+
+
+def test_calibration_recovers_known_machine_parameters():
+    """calibrate() fits stage times, the per-update overhead and the co-run slowdown on one-micro-batch runs made by
+    the simulator with known values (GPipe's spans and overheads, MAST's update time) and gives those values back."""
+    from torchhpc.ext.gems.simulator import calibrate
+
+    mast = simulate(TRUE, "mast", 1, corun_slowdown=1.25, update_overhead_s=0.004, **LINK)
+    overheads = [0.001 + min(0.003, 0.009)] * 6  # rank 0's head + the shorter tail, per update
+    cal = calibrate(_profile_of(TRUE), _measured_spans(TRUE), overheads, step_s=mast.step_s, schedule="mast",
+                    micro_batches=1, micro_batch=1, **LINK)
+    assert cal.overhead_s == pytest.approx(0.004)
+    assert cal.corun_slowdown == pytest.approx(1.25, abs=0.01)
+    assert [(s.forward_s, s.backward_s) for s in cal.stages] == [(s.forward_s, s.backward_s) for s in TRUE]
+    assert [s.param_bytes for s in cal.stages] == [s.param_bytes for s in TRUE]
+    again = simulate(cal.stages, "mast", 1, corun_slowdown=cal.corun_slowdown, update_overhead_s=cal.overhead_s,
+                     **LINK)
+    assert again.step_s == pytest.approx(mast.step_s, rel=1e-3)
+
+
+def test_calibration_without_overlap_keeps_slowdown_one_and_refuses_missing_spans():
+    """A GPipe run with one micro-batch never computes on two ranks at once: its fitted slowdown is 1; a stage
+    without measured spans, or no measured update, is a clear error."""
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.gems.simulator import calibrate
+
+    gpipe = simulate(TRUE, "gpipe", 1, update_overhead_s=0.004, **LINK)
+    cal = calibrate(_profile_of(TRUE), _measured_spans(TRUE), [0.004], step_s=1.5 * gpipe.step_s, schedule="gpipe",
+                    micro_batches=1, **LINK)
+    assert cal.corun_slowdown == 1.0 and cal.overhead_s == 0.004
+    with pytest.raises(InputError, match="backward action of stage 1"):
+        calibrate(_profile_of(TRUE), {"0F": [1.0], "0B": [1.0], "1F": [1.0]}, [0.0])
+    with pytest.raises(InputError, match="no measured updates"):
+        calibrate(_profile_of(TRUE), _measured_spans(TRUE), [])
+
+
+def test_calibration_from_a_run_folder(tmp_path):
+    """calibration_from_run reads a run folder (summary.json's split and action times, metrics.jsonl's update
+    times) made here by the simulator for MAST with 2 micro-batches, and recovers its machine parameters."""
+    import json
+
+    import numpy as np
+
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.gems.partition import BlockProfile
+    from torchhpc.ext.gems.simulator import calibration_from_run
+
+    mast = simulate(TRUE, "mast", 2, corun_slowdown=1.4, update_overhead_s=0.002, **LINK)
+    # a 7-block profile whose stages (0-3, 3-7) have TRUE's byte counts; its times are not used
+    prof = BlockProfile(1, np.ones(7), np.ones(7), np.array([10_000, 0, 0, 20_000, 0, 0, 0]),
+                        np.array([0, 0, 2_000_000, 0, 0, 0, 40]), np.array([1000, 0, 0, 300_000, 0, 0, 0]))
+    # spans of an overlapped run hold the slowdown already; these are the stage times without it
+    summary = {"schedule": "mast", "stages": 2, "groups": 1, "micro_batches": 2, "eta": 1, "micro_batch": 1,
+               "bounds": [[0, 3], [3, 7]], "update_times": {"spans": _measured_spans(TRUE), "overhead_s": [0.002] * 3}}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    steps = [10.0] + [mast.step_s] * 3  # the first (warm-up) update is left out
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i + 1, "step_s": s}) + "\n"
+                                                    for i, s in enumerate(steps)))
+    cal = calibration_from_run(tmp_path, prof, **LINK)
+    assert cal.overhead_s == pytest.approx(0.002)
+    assert cal.corun_slowdown == pytest.approx(1.4, abs=0.02)
+    assert [s.output_bytes for s in cal.stages] == [2_000_000, 40]
+    with pytest.raises(InputError, match="summary.json not found"):
+        calibration_from_run(tmp_path / "nothing", prof, **LINK)
+    short = BlockProfile(1, *(np.ones(5),) * 5)
+    with pytest.raises(InputError, match="the run's model has 7 blocks"):
+        calibration_from_run(tmp_path, short, **LINK)
+
+
+def test_benchmark_calibrates_with_the_library_function():
+    """benchmarks/gems.py pools its one-micro-batch runs (GPipe's spans, heads and tails per rank, MAST's update
+    time) into calibrate(); fed runs made by the simulator with known values, it gives those values back."""
     import importlib.util
     from pathlib import Path
 
@@ -116,19 +197,14 @@ def test_benchmark_calibration_recovers_known_machine_parameters():
     spec = importlib.util.spec_from_file_location("gems_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    true = [StageInfo(0, (0, 3), 0.012, 0.020, 1000, 10_000, 2_000_000),
-            StageInfo(1, (3, 7), 0.015, 0.027, 300_000, 20_000, 40)]
-    link = {"bandwidth_Bps": 1.5e9, "latency_s": 1e-4}
-    mast = simulate(true, "mast", 1, bandwidth=1.5e9, latency=1e-4, corun_slowdown=1.25, update_overhead_s=0.004)
-    spans = {f"{s.stage}{k}": [t] * 6 for s in true for k, t in (("F", s.forward_s), ("B", s.backward_s))}
+    mast = simulate(TRUE, "mast", 1, corun_slowdown=1.25, update_overhead_s=0.004, **LINK)
 
     def rank(tail):
-        return {"methods": {"gpipe@1": {"spans": spans, "head": [0.001] * 6, "tail": [tail] * 6},
+        return {"methods": {"gpipe@1": {"spans": _measured_spans(TRUE), "head": [0.001] * 6, "tail": [tail] * 6},
                             "mast@1": {"step_s": mast.step_s}}}
 
-    profile = [StageInfo(s.stage, s.blocks, 1.0, 1.0, s.param_bytes, s.activation_bytes, s.output_bytes)
-               for s in true]
-    cal = bench._calibrate([[rank(0.003), rank(0.009)]], profile, link, 1)
-    assert cal["overhead_s"] == pytest.approx(0.004)  # rank 0's head + the shorter tail
-    assert cal["corun_slowdown"] == pytest.approx(1.25, abs=0.01)
-    assert [(s.forward_s, s.backward_s) for s in cal["stages"]] == [(s.forward_s, s.backward_s) for s in true]
+    link = {"bandwidth_Bps": LINK["bandwidth"], "latency_s": LINK["latency"]}
+    cal = bench.calibrate_on_runs([[rank(0.003), rank(0.009)]], _profile_of(TRUE), link, 1)
+    assert cal.overhead_s == pytest.approx(0.004)  # rank 0's head + the shorter tail
+    assert cal.corun_slowdown == pytest.approx(1.25, abs=0.01)
+    assert [(s.forward_s, s.backward_s) for s in cal.stages] == [(s.forward_s, s.backward_s) for s in TRUE]
