@@ -1,0 +1,128 @@
+"""Bad input on every command gets one clear line and a non-zero exit, never a traceback.
+
+The cases are generated from the CLI itself (every command, every option of its dataclass), so a
+new command or option is covered the day it is added.  They run in-process through ``main()``:
+each fails while the config is built, before any work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+import pytest
+
+from torchhpc.ext.core.cli import OPTIONS_ATTR, _leaf_fields, _unwrap_optional, option_flag
+from torchhpc.trainers.cli import build_parser, main
+
+
+def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from _leaf_commands(child, (*path, name))
+
+
+COMMANDS = [(p, parser) for p, parser in _leaf_commands(build_parser()) if parser.get_default(OPTIONS_ATTR)]
+
+
+def _required_positionals(cls) -> list[str]:
+    """Placeholder values for required options (the error must come before they are read)."""
+    out = []
+    for key, f, _tp, _ in _leaf_fields(cls):
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            out += ["placeholder-input"] if f.metadata.get("positional") else [option_flag(key, f), "placeholder"]
+    return out
+
+
+def _main(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as exc:  # argparse's own usage errors
+        return exc.code
+
+
+def _bad_values(cls):
+    """(flag, bad value, what the message must say) for every option with a type or range to break."""
+    cases = []
+    for key, f, tp, _ in _leaf_fields(cls):
+        meta = f.metadata
+        if meta.get("positional") or not meta.get("cli", True):
+            continue
+        flag = option_flag(key, f)
+        inner = _unwrap_optional(tp)
+        if inner is float:
+            cases.append((flag, "nan", "finite number"))
+        if inner in (int, float):
+            cases.append((flag, "abc", "must be"))
+            for bound, delta in (("ge", -1), ("gt", 0)):
+                if meta.get(bound) is not None:
+                    cases.append((flag, repr(meta[bound] + delta) if inner is float or bound == "ge"
+                                  else str(int(meta[bound])), "out of range"))
+        if meta.get("choices") and inner is not bool:
+            cases.append((flag, "no-such-choice", "must be one of"))
+        if typing.get_origin(inner) is typing.Literal:
+            cases.append((flag, "no-such-choice", "must be one of"))
+    return cases
+
+
+CASES = [
+    pytest.param(path, flag, value, needle, id=f"{' '.join(path)} {flag}={value}")
+    for path, parser in COMMANDS
+    for flag, value, needle in _bad_values(parser.get_default(OPTIONS_ATTR))
+]
+
+
+def _check_one_line(capsys, rc, needle):
+    out = capsys.readouterr()
+    assert rc not in (0, None), f"exit {rc} on bad input; stdout: {out.out[-300:]}"
+    lines = [ln for ln in out.err.splitlines() if ln.strip()]
+    assert len(lines) == 1, out.err[-2000:]
+    assert "Traceback" not in out.err and needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("path, flag, value, needle", CASES)
+def test_bad_option_value_is_one_line(capsys, path, flag, value, needle):
+    """A value of the wrong type or out of range: one line naming the flag, exit non-zero."""
+    cls = next(p.get_default(OPTIONS_ATTR) for pp, p in COMMANDS if pp == path)
+    rc = _main([*path, *_required_positionals(cls), flag, value])
+    line = _check_one_line(capsys, rc, needle)
+    assert flag in line
+
+
+def test_the_corpus_covers_every_command():
+    """Every command with options has at least one bad-value case (a new command is covered too)."""
+    covered = {c.values[0] for c in CASES}
+    missing = [" ".join(p) for p, parser in COMMANDS
+               if p not in covered and _bad_values(parser.get_default(OPTIONS_ATTR))]
+    assert not missing, missing
+
+
+CONFIG_COMMANDS = [(p, parser) for p, parser in COMMANDS
+                   if any(a.dest == "config" for a in parser._actions)]
+
+
+@pytest.mark.parametrize("fault", ["missing", "folder", "bytes", "duplicate", "unknown-key", "not-mapping"])
+@pytest.mark.parametrize("path, parser", CONFIG_COMMANDS, ids=[" ".join(p) for p, _ in CONFIG_COMMANDS])
+def test_bad_config_file_is_one_line(tmp_path, capsys, path, parser, fault):
+    """A missing, binary, duplicated-key, unknown-key or non-mapping config file: one line naming it."""
+    cfg = tmp_path / "bad.yaml"
+    if fault == "folder":
+        cfg = tmp_path
+    elif fault == "bytes":
+        cfg.write_bytes(bytes(range(256)))
+    elif fault == "duplicate":
+        cfg.write_text("seed: 1\nseed: 2\n")
+    elif fault == "unknown-key":
+        cfg.write_text("no_such_option_anywhere: 1\n")
+    elif fault == "not-mapping":
+        cfg.write_text("- 1\n- 2\n")
+    cls = parser.get_default(OPTIONS_ATTR)
+    rc = _main([*path, *_required_positionals(cls), "--config", str(cfg)])
+    line = _check_one_line(capsys, rc, str(cfg))
+    assert line.startswith("torchhpc")
