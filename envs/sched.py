@@ -208,26 +208,65 @@ class BatchSchedulingEnv(gym.Env):
 class VecBatchScheduling:
     """``n`` scheduling envs stepped together, observations written into shared arrays.
 
-    ``reset()`` → ``(queue (n, slots, features), mask (n, slots))``; ``step(actions (n,))`` →
-    ``(queue, mask, rewards (n,), dones (n,), infos)``; a finished env resets itself
-    (its final metrics are in ``infos[i]["metrics"]``).  Seeds: env ``i`` uses ``seed + i``.
+    ``reset()`` → ``(queue (n, slots, features) float32, mask (n, slots) bool)``;
+    ``step(actions (n,))`` → ``(queue, mask, rewards (n,) float64, dones (n,) bool, infos)``, where
+    ``infos[i]["metrics"]`` holds a finished env's sequence metrics.  ``starts (n,)`` is each env's
+    current window start and ``active (n,)`` which envs are in an episode.
+
+    Seeds: a full ``reset()`` seeds env ``i`` with ``seed + i`` (its window draws come from its own
+    ``np_random`` from then on).  With ``autoreset=True`` (the default) a finished env starts its next
+    window at once; with ``autoreset=False`` it stays finished (``active[i]`` false, skipped by ``step``
+    whatever its action) until a partial reset starts it again::
+
+        vec.reset(options={"reset_mask": m})                 # envs m draw new windows
+        vec.reset(options={"reset_mask": m, "start": s})     # envs m replay windows s (n,)
+
+    so a training loop decides per env whether, and on which window, it goes on — the group advantage
+    replays a leader's window in the next envs this way.  :meth:`rng_states` / :meth:`set_rng_states`
+    save and restore the window draws (checkpoints).
     """
 
-    def __init__(self, n: int, seed: int = 0, **env_kwargs: Any) -> None:
+    def __init__(self, n: int, seed: int = 0, autoreset: bool = True, **env_kwargs: Any) -> None:
         base = BatchSchedulingEnv(**env_kwargs)
         kwargs = dict(env_kwargs, trace=base.trace)
         self.envs = [base] + [BatchSchedulingEnv(**kwargs) for _ in range(n - 1)]
         self.n = n
         self.seed = seed
+        self.autoreset = autoreset
         slots = base.slots
         self.queue = np.zeros((n, slots, base.observer.features), dtype=np.float32)
         self.mask = np.zeros((n, slots), dtype=bool)
+        self.starts = np.zeros(n, dtype=np.int64)
+        self.active = np.zeros(n, dtype=bool)
 
-    def reset(self) -> tuple[np.ndarray, np.ndarray]:
-        for i, env in enumerate(self.envs):
-            env.reset(seed=self.seed + i)
+    @property
+    def observer(self) -> QueueObserver:
+        """The observation builder shared by the envs' settings (features, empty slot)."""
+        return self.envs[0].observer
+
+    def reset(self, *, options: dict[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Reset every env (seeding env ``i`` with ``seed + i``), or only ``options["reset_mask"]`` (n,) bool
+        without reseeding; ``options["start"]`` (n,) replays those windows instead of drawing them."""
+        options = options or {}
+        reset_mask = options.get("reset_mask")
+        starts = options.get("start")
+        for i in (range(self.n) if reset_mask is None else np.flatnonzero(reset_mask)):
+            env_options = None if starts is None else {"start": int(starts[i])}
+            seed = self.seed + i if reset_mask is None else None
+            _, info = self.envs[i].reset(seed=seed, options=env_options)
+            self.starts[i] = info["start"]
+            self.active[i] = True
             self._write(i)
         return self.queue, self.mask
+
+    def rng_states(self) -> list[dict]:
+        """Each env's window-draw generator state (for a checkpoint)."""
+        return [env.np_random.bit_generator.state for env in self.envs]
+
+    def set_rng_states(self, states: list[dict]) -> None:
+        """Restore the states :meth:`rng_states` returned."""
+        for env, state in zip(self.envs, states, strict=True):
+            env.np_random.bit_generator.state = state
 
     def _write(self, i: int) -> None:
         env = self.envs[i]
@@ -235,13 +274,18 @@ class VecBatchScheduling:
         self.mask[i] = env._mask.astype(bool)
 
     def step(self, actions: np.ndarray):
-        rewards = np.zeros(self.n, dtype=np.float32)
+        rewards = np.zeros(self.n, dtype=np.float64)
         dones = np.zeros(self.n, dtype=bool)
         infos: list[dict[str, Any]] = [{} for _ in range(self.n)]
-        for i, env in enumerate(self.envs):
+        for i in np.flatnonzero(self.active):
+            env = self.envs[i]
             r, term, info = env.apply(int(actions[i]))
             if term:
                 rewards[i], dones[i], infos[i] = r, True, info
-                env.reset()
+                if not self.autoreset:
+                    self.active[i] = False
+                    continue
+                _, reset_info = env.reset()
+                self.starts[i] = reset_info["start"]
             self._write(i)
         return self.queue, self.mask, rewards, dones, infos

@@ -116,6 +116,11 @@ def _is_bool(tp: Any) -> bool:
     return _unwrap_optional(tp) is bool
 
 
+def _is_list(tp: Any) -> bool:
+    inner = _unwrap_optional(tp)
+    return typing.get_origin(inner) in (list, tuple) or inner in (list, tuple)
+
+
 def add_options(
     parser: argparse.ArgumentParser, cls: type, *, config_file: bool = False, default_config: str | None = None,
 ) -> None:
@@ -174,7 +179,13 @@ def add_options(
         else:
             choices = meta.get("choices")
             metavar = "{" + ",".join(map(str, choices)) + "}" if choices else _metavar(tp)
-            group.add_argument(*names, dest=dest, metavar=metavar, default=argparse.SUPPRESS, help=help_text)
+            required = default == "(required)" and not config_file
+            if _is_list(tp):  # repeatable: --policy sjf --policy f1, or --policy sjf,f1, or --policy [sjf, f1]
+                group.add_argument(*names, dest=dest, metavar=metavar, default=argparse.SUPPRESS, help=help_text,
+                                   action="append", required=required)
+            else:
+                group.add_argument(*names, dest=dest, metavar=metavar, default=argparse.SUPPRESS, help=help_text,
+                                   required=required)
     parser.set_defaults(**{OPTIONS_ATTR: cls})
 
 
@@ -236,7 +247,20 @@ def flag_overrides(cls: type, args: argparse.Namespace) -> list[tuple[str, list[
         label = key.upper().replace(".", "_") if f.metadata.get("positional") else option_flag(key, f)
         inner = _unwrap_optional(tp)
         optional = inner is not tp
-        if not isinstance(raw, str):
+        if isinstance(raw, list):  # a repeatable list flag: each occurrence adds items
+            value = []
+            for item in raw:
+                try:
+                    parsed = yaml.safe_load(item) if item.strip() else []
+                except yaml.YAMLError:
+                    parsed = item
+                if isinstance(parsed, list):
+                    value.extend(parsed)
+                elif isinstance(parsed, str) and "," in parsed:
+                    value.extend(_yaml_scalar(x.strip()) for x in parsed.split(",") if x.strip())
+                else:
+                    value.append(parsed)
+        elif not isinstance(raw, str):
             value = raw
         elif inner in (str, Path) and not (optional and raw in ("null", "~")):
             value = raw
@@ -247,6 +271,13 @@ def flag_overrides(cls: type, args: argparse.Namespace) -> list[tuple[str, list[
                 value = raw
         out.append((label, key.split("."), value))
     return out
+
+
+def _yaml_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def options_from_args(cls: type, args: argparse.Namespace) -> Any:

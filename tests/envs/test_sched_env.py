@@ -200,3 +200,25 @@ def test_context_columns_give_start_delay_free_processors_and_queue_length():
         assert np.array_equal(q[:k, -1] * 128, env.observer.prior_ranks(sim, visible))
         assert np.array_equal(q[k:], np.tile(env.observer.empty_slot, (128 - k, 1)))
     assert checked_late > 100  # the window is busy enough that many jobs had to wait
+
+
+def test_vector_env_without_autoreset_waits_for_a_partial_reset():
+    """autoreset=False: a finished env is inactive and skipped by step; reset(options=reset_mask, start) restarts
+    only it, on the given window, without reseeding; rng_states/set_rng_states replay the window draws."""
+    vec = VecBatchScheduling(2, seed=4, autoreset=False, trace=TRACE, sequence_length=8)
+    vec.reset()
+    first = vec.starts.copy()
+    states = vec.rng_states()
+    steps = 0
+    while vec.active[0]:
+        q, m, r, d, infos = vec.step(np.zeros(2, dtype=np.int64))
+        steps += 1
+    assert steps == 8 and d[0] and d[1] and "metrics" in infos[0] and r[0] < 0 and not vec.active.any()
+    vec.step(np.zeros(2, dtype=np.int64))  # nothing active: nothing happens
+    vec.reset(options={"reset_mask": np.array([False, True]), "start": np.array([0, first[0]])})
+    assert vec.active.tolist() == [False, True] and vec.starts[1] == first[0]
+    vec.reset(options={"reset_mask": np.array([True, False])})  # draws env 0's next window from its stream
+    drawn = vec.starts[0]
+    vec.set_rng_states(states)
+    vec.reset(options={"reset_mask": np.array([True, False])})
+    assert vec.starts[0] == drawn

@@ -215,3 +215,20 @@ def test_torchrun_two_rollout_workers(tmp_path, extra):
     assert all(torch.equal(w[0][k], w[1][k]) for k in w[0])
     if "ppo.kl_backtrack=8" in extra:  # the ranks halved the same steps, on the KL averaged over both
         assert any(r["step_kept"] < 1 for r in rows) and all(r["approx_kl"] <= 0.003 for r in rows)
+
+
+def test_generated_flags_policy_lists_and_required_checkpoint(cli, tmp_path):
+    """`--policy` collects repeated and comma-separated names alike; a generated flag (`--ppo.epochs`) overrides
+    the config file; `sched eval` without --checkpoint is a usage error (exit 2)."""
+    win = ["--sequences", "1", "--length", "100", "--generate-jobs", "1000", "--json"]
+    a = cli("sched", "heuristics", "--policy", "sjf", "--policy", "f1", *win)
+    b = cli("sched", "heuristics", "--policy", "sjf,f1", *win)
+    assert a.returncode == 0 and json.loads(a.stdout) == json.loads(b.stdout)
+    assert list(json.loads(a.stdout)) == ["sjf", "f1"]
+    res = cli("sched", "train", "--config", DEBUG, "--run.root", str(tmp_path), "--run.run-id", "flag",
+              "--run.progress", "false", "--ppo.epochs", "1", "--eval.starts", "[500]")
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = (tmp_path / "sched" / "flag" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 1
+    res = cli("sched", "eval", "--length", "128")
+    assert res.returncode == 2 and "--checkpoint" in res.stderr

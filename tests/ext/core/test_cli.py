@@ -114,3 +114,27 @@ def test_bool_flag_never_swallows_an_input_file():
     assert options_from_args(Job, p.parse_args(["--gapped", "false", "t.fa"])).gapped is False
     assert options_from_args(Job, p.parse_args(["t.fa", "--gapped=no"])).gapped is False
     assert options_from_args(Job, p.parse_args(["t.fa", "--gapped", "--nogapped"])).gapped is False
+
+
+def test_list_flags_repeat_and_split():
+    """A list option takes repeated flags, a comma list or a YAML list; the pieces add up."""
+    p = _parser()
+    assert options_from_args(Job, p.parse_args(["t", "--bottom", "8", "--bottom", "16,32"])).bottom == [8, 16, 32]
+    assert options_from_args(Job, p.parse_args(["t", "--bottom", "[1, 2]"])).bottom == [1, 2]
+    with pytest.raises(ConfigError, match="--bottom"):
+        options_from_args(Job, p.parse_args(["t", "--bottom", "x"]))
+
+
+def test_required_flag_is_a_usage_error(capsys):
+    """Without --config, an option with no default is required by argparse itself (exit 2, one line)."""
+
+    @dataclass
+    class Needs:
+        checkpoint: str = option(help="run folder")
+
+    p = ArgumentParser(prog="needs")
+    add_options(p, Needs)
+    with pytest.raises(SystemExit) as exc:
+        p.parse_args([])
+    assert exc.value.code == 2
+    assert "the following arguments are required: --checkpoint" in capsys.readouterr().err

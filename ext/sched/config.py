@@ -1,0 +1,225 @@
+"""Every option of sched, written once: the training job, the ``sched heuristics`` / ``sched eval`` commands
+and the demo step.
+
+The YAML files in ``configs/sched/`` load into :class:`SchedConfig`; the command-line flags and ``--help`` of
+``torchhpc sched ...`` are generated from these dataclasses (:mod:`torchhpc.ext.core.cli`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchhpc.ext.core.config import ConfigError, option
+from torchhpc.ext.core.runs import RunOptions
+
+from .evaluate import PUBLISHED_STARTS
+from .heuristics import HEURISTICS
+from .simulator import BACKFILL_MODES, METRICS
+
+BACKFILLS = list(BACKFILL_MODES)
+METRIC_CHOICES = list(METRICS)
+
+
+def _check_heuristics(names, what: str) -> None:
+    for h in names:
+        if h not in HEURISTICS:
+            raise ConfigError(f"{what}: unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
+
+
+# ----------------------------------------------------------------------------- training job
+
+
+@dataclass
+class TraceOptions:
+    """Which jobs to schedule."""
+
+    path: str | None = option(None, help="SWF trace file; null = a generated Lublin–Feitelson trace")
+    procs: int | None = option(None, help="machine size override; null = the size the trace header gives", ge=1)
+    strict: bool = option(True, help="fail on malformed SWF lines (false: skip and count them)")
+    generate_jobs: int = option(10_000, help="jobs of the generated trace", ge=100)
+    generate_seed: int = option(0, help="seed of the generated trace", ge=0)
+
+
+@dataclass
+class EnvOptions:
+    """The scheduling environment."""
+
+    backfill: str = option("none", help="none | rlscheduler | easy", choices=BACKFILLS)
+    metric: str = option("bsld", help="sequence metric the reward is minus", choices=METRIC_CHOICES)
+    sequence_length: int = option(256, help="jobs per training sequence", ge=2)
+    queue_slots: int = option(128, help="visible queue slots", ge=1)
+    time_scale: str = option("linear", help="time features: linear (the paper) | log (log1p-scaled)",
+                             choices=["linear", "log"])
+    job_slice: int = option(0, help="train on the first N jobs only (0 = all)", ge=0)
+    reward: str = option("raw", help="raw: -metric (the paper) | log_ratio: -log(metric / the reference "
+                         "heuristic's metric on the same sequence), a per-sequence baseline (not in the paper)",
+                         choices=["raw", "log_ratio"])
+    reward_reference: str = option("f1", help="heuristic whose metric on the same sequence is the baseline of "
+                                   "reward log_ratio")
+    prior: str | None = option(None, help="heuristic whose rank of each job the policy sees and corrects: the "
+                               "kernel policy starts as that heuristic (not in the paper)")
+    context: bool = option(False, help="the policy also sees each job's start delay, the free processors and the "
+                           "queue length (not in the paper)")
+    filter_heuristic: str | None = option(None, help="trajectory filtering: reference heuristic (e.g. sjf)")
+    filter_low: float = option(10.0, help="keep sequences whose reference bsld is above this")
+    filter_high: float = option(150.0, help="... and below this")
+
+    def observation(self) -> dict:
+        """The settings that shape the observation (and so the agent): ``time_scale``, ``prior``, ``context``."""
+        return dict(time_scale=self.time_scale, prior=self.prior, context=self.context)
+
+    def env_kwargs(self) -> dict:
+        """Keyword arguments of :class:`~torchhpc.envs.sched.BatchSchedulingEnv` (without the trace)."""
+        return dict(backfill=self.backfill, metric=self.metric, sequence_length=self.sequence_length,
+                    queue_slots=self.queue_slots, job_slice=self.job_slice, filter_heuristic=self.filter_heuristic,
+                    filter_range=(self.filter_low, self.filter_high), **self.observation())
+
+
+@dataclass
+class PPOOptions:
+    """PPO (the paper's settings are the defaults)."""
+
+    policy: str = option("kernel", help="kernel (RLScheduler) | flat (MLP baseline)", choices=["kernel", "flat"])
+    epochs: int = option(100, help="training epochs (0: keep the imitated or the untrained prior policy)", ge=0)
+    trajectories: int = option(100, help="sequences per epoch, over all ranks", ge=1)
+    num_envs: int = option(16, help="environments stepped together per rank", ge=1)
+    gamma: float = option(1.0, help="discount", ge=0, le=1)
+    lam: float = option(0.97, help="GAE lambda", ge=0, le=1)
+    clip: float = option(0.2, help="PPO clip ratio", gt=0)
+    pi_lr: float = option(3e-4, help="policy learning rate", gt=0)
+    vf_lr: float = option(1e-3, help="value learning rate", gt=0)
+    pi_iters: int = option(80, help="policy steps per epoch (max)", ge=1)
+    v_iters: int = option(80, help="value steps per epoch", ge=0)
+    target_kl: float = option(0.01, help="early stop when approx KL > 1.5 x this", gt=0)
+    kl_backtrack: int = option(0, help="not in the paper: when a step took the approx KL past 1.5 x target_kl, "
+                               "halve it up to this many times until the KL is within that limit, else undo it "
+                               "(0: keep the step, as the paper does)", ge=0)
+    minibatch: int = option(0, help="samples per gradient step (0 = the full batch, as the paper)", ge=0)
+    advantage: str = option("gae", help="gae: a critic and GAE (the paper) | group: group_size trajectories "
+                            "schedule the same jobs and each one's advantage is its reward minus the mean of the "
+                            "others' rewards, with no critic (not in the paper)", choices=["gae", "group"])
+    group_size: int = option(4, help="advantage group: trajectories per job sequence", ge=2)
+    imitate: str | None = option(None, help="warm start: behaviour-clone this heuristic first (not in the paper)")
+    imitate_sequences: int = option(64, help="training sequences the heuristic demonstrates", ge=1)
+    imitate_epochs: int = option(10, help="passes over the demonstrations", ge=1)
+    imitate_lr: float = option(1e-3, help="learning rate of the behaviour cloning", gt=0)
+
+    @property
+    def groups_of(self) -> int:
+        """Trajectories that schedule the same window: ``group_size`` with ``advantage=group``, else 1."""
+        return self.group_size if self.advantage == "group" else 1
+
+
+@dataclass
+class EvalOptions:
+    """Evaluation on fixed windows (the paper's protocol by default)."""
+
+    every: int = option(0, help="evaluate every N epochs (0 = only at the end)", ge=0)
+    starts: list[int] = option(default_factory=lambda: list(PUBLISHED_STARTS), help="window starts (job indices)")
+    length: int = option(1024, help="jobs per evaluation window", ge=2)
+    heuristics: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"], help="heuristics shown beside RL")
+    greedy: bool = option(False, help="argmax actions (the paper samples)")
+    samples: int = option(1, help="sampled evaluations averaged per window (different sampling seeds)", ge=1)
+    validate: int = option(0, help="held-out windows (outside the test windows) on which the greedy policy is "
+                           "scored to keep the best checkpoint; 0 = off (sched eval then uses the last)", ge=0)
+    validate_length: int = option(512, help="jobs per held-out window", ge=2)
+    validate_every: int = option(5, help="score the held-out windows every N epochs (and at the end)", ge=1)
+    validate_seed: int = option(2020, help="seed of the held-out window draw", ge=0)
+
+
+@dataclass
+class SchedConfig:
+    """RLScheduler training job."""
+
+    trace: TraceOptions = option(default_factory=TraceOptions, help="trace")
+    env: EnvOptions = option(default_factory=EnvOptions, help="environment")
+    ppo: PPOOptions = option(default_factory=PPOOptions, help="PPO")
+    eval: EvalOptions = option(default_factory=EvalOptions, help="evaluation")
+    seed: int = option(0, help="seed of weights, sequence draws and sampling", ge=0)
+    device: str = option("cpu", help="cpu | cuda | auto (the simulator is CPU-bound; cpu is usually best)",
+                         choices=["cpu", "cuda", "auto"])
+    threads: int = option(0, help="torch threads per rank (0 = torch's default)", ge=0)
+    log_baselines: bool = option(True, help="log SJF/F1 bsld on every training sequence (the paper's ShowRet)")
+    run: RunOptions = option(default_factory=RunOptions, help="run folder")
+
+    def __post_init__(self) -> None:
+        extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate, self.env.reward_reference,
+                             self.env.prior) if h]
+        for h in [*self.eval.heuristics, *extra]:
+            if h not in HEURISTICS:
+                raise ConfigError(f"unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
+        if self.env.filter_low >= self.env.filter_high:
+            raise ConfigError("env.filter_low must be below env.filter_high")
+        P = self.ppo
+        if self.env.prior and P.policy != "kernel":
+            raise ConfigError("env.prior needs ppo.policy=kernel")
+        if P.epochs == 0 and not (P.imitate or self.env.prior):
+            raise ConfigError("ppo.epochs=0 trains nothing without ppo.imitate or env.prior")
+        if P.advantage == "group" and (P.trajectories % P.group_size or P.num_envs % P.group_size):
+            raise ConfigError(f"ppo.advantage=group needs ppo.trajectories ({P.trajectories}) and ppo.num_envs "
+                              f"({P.num_envs}) to be multiples of ppo.group_size ({P.group_size})")
+
+
+# ----------------------------------------------------------------------------- sched heuristics / sched eval
+
+
+@dataclass(kw_only=True)
+class WindowOptions:
+    """The trace and the job windows a command schedules."""
+
+    trace: str | None = option(None, help="SWF file; null = a generated Lublin–Feitelson trace")
+    procs: int | None = option(None, help="machine size override; null = the size the trace header gives", ge=1)
+    lenient: bool = option(False, help="skip malformed SWF lines instead of failing")
+    backfill: str = option("none", help="none | rlscheduler | easy", choices=BACKFILLS)
+    start: int | None = option(None, help="one window: jobs [START, START+LENGTH)", ge=0)
+    starts: str | None = option(None, help="comma-separated window starts, or 'published' (the paper's 10)")
+    length: int = option(1024, help="jobs per window", ge=1)
+    sequences: int = option(10, help="random windows when neither --start nor --starts is given", ge=1)
+    seed: int = option(1, help="seed of the random windows (and of RL sampling)", ge=0)
+    generate_jobs: int = option(10_000, help="jobs of the generated trace (no --trace)", ge=100)
+    trace_seed: int = option(0, help="seed of the generated trace (no --trace)", ge=0)
+    json: bool = option(False, help="print one JSON object {policy: {metric: value}}")
+
+
+@dataclass(kw_only=True)
+class HeuristicsOptions(WindowOptions):
+    """``sched heuristics``: a table of heuristic schedulers' metrics on job windows."""
+
+    policy: list[str] | None = option(None, help="heuristics to run (repeatable; null = all)")
+
+    def __post_init__(self) -> None:
+        _check_heuristics(self.policy or [], "--policy")
+
+
+@dataclass(kw_only=True)
+class EvalCommandOptions(WindowOptions):
+    """``sched eval``: a trained policy beside the heuristics, table and box plot."""
+
+    checkpoint: str = option(help="run folder (runs/sched/<id>) or checkpoint file")
+    which: str = option("best", help="checkpoint of a run folder: best on the held-out windows (eval.validate; "
+                        "the last one when the run has none) or last", choices=["best", "last"])
+    greedy: bool = option(False, help="argmax actions instead of sampling them (the paper samples)")
+    samples: int = option(1, help="sampled runs per window, averaged", ge=1)
+    policy: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"],
+                               help="heuristics shown beside RL (repeatable)")
+
+    def __post_init__(self) -> None:
+        _check_heuristics(self.policy, "--policy")
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+@dataclass
+class SchedTour:
+    """The sched demo step: heuristics on a generated Lublin trace, then a short PPO run warm-started from F1."""
+
+    jobs: int = option(3000, help="jobs of the generated Lublin trace", ge=1000)
+    windows: int = option(3, help="evaluation windows of 256 jobs", ge=1)
+    epochs: int = option(2, help="PPO epochs after the warm start", ge=1)
+
+
+__all__ = [
+    "BACKFILLS", "METRIC_CHOICES", "EnvOptions", "EvalCommandOptions", "EvalOptions", "HeuristicsOptions",
+    "PPOOptions", "SchedConfig", "SchedTour", "TraceOptions", "WindowOptions",
+]
