@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from torchhpc.ext.core.cli import ArgumentParser, module_main, run_main
-from torchhpc.ext.core.runs import RunOptions
+from torchhpc.ext.core.config import RunOptions
 
 parse_and_run = module_main
 

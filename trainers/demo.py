@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from torchhpc.ext.ccsdt.config import CCSDTTour
 from torchhpc.ext.core.cli import config_command, job_parser, module_main, options_from_args
-from torchhpc.ext.core.config import ConfigError, option
-from torchhpc.ext.core.runs import RunOptions
+from torchhpc.ext.core.config import ConfigError, RunOptions, option
 from torchhpc.ext.gems.config import GemsTour
 from torchhpc.ext.kraken.config import KrakenTour
 from torchhpc.ext.sched.config import SchedTour

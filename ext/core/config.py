@@ -434,6 +434,16 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
     return rows
 
 
+@dataclasses.dataclass
+class RunOptions:
+    """Where a job writes its run folder (the ``run:`` section of every job's config)."""
+
+    root: str = option("runs", help="parent folder of all runs")
+    run_id: str | None = option(None, help="run folder name (null: a new timestamped id)")
+    resume: bool = option(False, help="continue run_id from its last checkpoint")
+    progress: bool = option(True, help="show progress bars (rank 0)")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, default: str | None = None) -> None:
     """Add ``--config FILE`` and repeatable ``--set KEY=VALUE`` to a job's parser."""
     parser.add_argument(

@@ -20,21 +20,20 @@ shard (``save_checkpoint(..., shard=rank)``).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import re
 import secrets
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import torch
 import yaml
 
-from .config import config_to_dict, dump_config, option
+from .config import RunOptions, config_to_dict, dump_config
 from .errors import InputError
 
 _CKPT_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)-(?P<step>\d{8})(?:\.rank(?P<shard>\d+))?\.pt$")
@@ -88,20 +87,12 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     """``torch.save`` to ``path`` atomically (see :func:`_atomic_write`)."""
+    import torch
+
     _atomic_write(path, lambda fh: torch.save(obj, fh))
 
 
 # ----------------------------------------------------------------------------- the run
-
-
-@dataclasses.dataclass
-class RunOptions:
-    """Where a job writes its run folder."""
-
-    root: str = option("runs", help="parent folder of all runs")
-    run_id: str | None = option(None, help="run folder name (null: a new timestamped id)")
-    resume: bool = option(False, help="continue run_id from its last checkpoint")
-    progress: bool = option(True, help="show progress bars (rank 0)")
 
 
 def new_run_id() -> str:
@@ -261,6 +252,8 @@ class Run:
         if path is None:
             return None
         try:
+            import torch
+
             blob = torch.load(path, map_location=map_location, weights_only=False)
         except Exception as exc:  # a corrupt file is a user-facing error, not a traceback
             raise InputError(f"{path}: cannot read checkpoint ({exc.__class__.__name__}: {exc})") from None
@@ -365,7 +358,8 @@ def _jsonable(v: Any) -> Any:
     ``summary.json`` and ``metrics.jsonl`` stay strict JSON that every reader accepts."""
     if isinstance(v, float):
         return v if math.isfinite(v) else None
-    if isinstance(v, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor can only exist once torch is imported
+    if torch is not None and isinstance(v, torch.Tensor):
         return _jsonable(v.item() if v.numel() == 1 else v.tolist())
     if hasattr(v, "item") and callable(v.item) and getattr(v, "ndim", 1) == 0:
         return _jsonable(v.item())

@@ -12,8 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from torchhpc.ext.core.config import ConfigError, option
-from torchhpc.ext.core.runs import RunOptions
+from torchhpc.ext.core.config import ConfigError, RunOptions, option
 
 from . import SCHEDULES
 

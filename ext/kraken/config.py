@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchhpc.ext.core.config import check_ranges, option
+from torchhpc.ext.core.config import RunOptions, check_ranges, option
 from torchhpc.ext.core.errors import ConfigError
-from torchhpc.ext.core.runs import RunOptions
 
 
 @dataclass

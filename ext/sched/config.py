@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from torchhpc.ext.core.config import ConfigError, option
-from torchhpc.ext.core.runs import RunOptions
+from torchhpc.ext.core.config import ConfigError, RunOptions, option
 
 from .evaluate import PUBLISHED_STARTS
 from .heuristics import HEURISTICS

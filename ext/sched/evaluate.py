@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.errors import InputError
 
@@ -14,6 +14,9 @@ from .heuristics import make_key
 from .observation import QueueObserver
 from .simulator import METRICS, ClusterSimulator
 from .swf import SchedTrace
+
+if TYPE_CHECKING:
+    import torch
 
 #: the sequence starts of the RLScheduler authors' seed-1 test protocol (PUBLISHED.md)
 PUBLISHED_STARTS = (1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085)
@@ -109,7 +112,6 @@ def evaluate_heuristic(
     return out
 
 
-@torch.no_grad()
 def evaluate_agent(
     agent, trace: SchedTrace, starts: Sequence[int], length: int, backfill: str = "none", *,
     greedy: bool = False, seed: int = 0, queue_slots: int = 128, device: str | torch.device = "cpu",
@@ -120,6 +122,17 @@ def evaluate_agent(
     With ``greedy=False`` actions are sampled, as the paper evaluates its policy.  ``time_scale``,
     ``prior`` and ``context`` must be those the agent was trained with (they shape its observation).
     """
+    import torch
+
+    with torch.no_grad():
+        return _evaluate_agent(agent, trace, starts, length, backfill, greedy, seed, queue_slots, device,
+                               time_scale, prior, context)
+
+
+def _evaluate_agent(agent, trace, starts, length, backfill, greedy, seed, queue_slots, device, time_scale, prior,
+                    context) -> list[dict[str, float]]:
+    import torch
+
     check_windows(trace, starts, length)
     observer = QueueObserver(trace, queue_slots, time_scale, prior, context)
     sims = [ClusterSimulator(trace, backfill) for _ in starts]

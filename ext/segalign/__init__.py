@@ -5,17 +5,25 @@ ungapped X-drop filter as tensor ops and a Triton kernel, then gapped Y-drop ext
     res = align_files("target.fa", "query.fa", AlignConfig(gapped=False))
 """
 
-from .align import AlignResult, align_files, align_sequences, find_hsps
-from .config import AlignCommand, AlignConfig, SegalignTour
-from .fasta import SequenceSet, from_strings, parse_fasta, read_fasta
-from .ops import HSPs, ungapped_hsps, xdrop_extend, xdrop_extend_torch
-from .output import Alignment, write_general, write_maf, write_segments
-from .scoring import hoxd70, read_scoring_file
-from .seeds import SEEDS, build_index, parse_seed, seed_hits
+from __future__ import annotations
 
-__all__ = [
-    "AlignCommand", "AlignConfig", "AlignResult", "Alignment", "HSPs", "SEEDS", "SegalignTour", "SequenceSet",
-    "align_files", "align_sequences", "build_index", "find_hsps", "from_strings", "hoxd70", "parse_fasta",
-    "parse_seed", "read_fasta", "read_scoring_file", "seed_hits", "ungapped_hsps", "write_general", "write_maf",
-    "write_segments", "xdrop_extend", "xdrop_extend_torch",
-]
+import importlib
+
+_EXPORTS = {
+    "AlignResult": "align", "align_files": "align", "align_sequences": "align", "find_hsps": "align",
+    "AlignCommand": "config", "AlignConfig": "config", "SegalignTour": "config",
+    "SequenceSet": "fasta", "from_strings": "fasta", "parse_fasta": "fasta", "read_fasta": "fasta",
+    "HSPs": "ops", "ungapped_hsps": "ops", "xdrop_extend": "ops", "xdrop_extend_torch": "ops",
+    "Alignment": "output", "write_general": "output", "write_maf": "output", "write_segments": "output",
+    "hoxd70": "scoring", "read_scoring_file": "scoring",
+    "SEEDS": "seeds", "build_index": "seeds", "parse_seed": "seeds", "seed_hits": "seeds",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    """Names load on first use, so that importing the options (``.config``) does not import torch."""
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,13 +19,17 @@ import dataclasses
 import operator
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torchhpc.ext.core.cli import option_flag
 from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import ConfigError, InputError
 
-from .scoring import Scoring, hoxd70, read_scoring_file
-from .seeds import MAX_SEED_WEIGHT, parse_seed
+if TYPE_CHECKING:
+    from .scoring import Scoring
+
+MAX_SEED_WEIGHT = 31
+"""The most care positions a seed may have (its packed key must fit in 62 bits)."""
 
 #: the filter kernels (``--backend``); ``auto`` picks Triton on CUDA, numba on the CPU where installed
 BACKENDS = ("torch", "triton", "numba")
@@ -93,6 +97,8 @@ class AlignConfig:
         match_n = re.fullmatch(r"match(\d+)", self.seed.strip())
         if match_n and not MIN_SEED_WEIGHT <= int(match_n[1]) <= MAX_SEED_WEIGHT:
             raise ConfigError(f"--seed {self.seed!r}: matchN needs N between {MIN_SEED_WEIGHT} and {MAX_SEED_WEIGHT}")
+        from .seeds import parse_seed  # torch-free import of this module: the CLI's --help stays quick
+
         try:
             pattern = parse_seed(self.seed)
         except InputError as exc:
@@ -103,6 +109,8 @@ class AlignConfig:
 
     def scoring_scheme(self) -> Scoring:
         """The substitution and gap scores (``--scoring`` file, else HOXD70 with ``--ambiguous``)."""
+        from .scoring import hoxd70, read_scoring_file
+
         sc = read_scoring_file(self.scoring) if self.scoring else hoxd70()
         if self.ambiguous is not None and self.scoring is None:
             sc.ambiguous_score = -100 if self.ambiguous == "iupac" else 0

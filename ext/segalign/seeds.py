@@ -25,11 +25,11 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
+from .config import MAX_SEED_WEIGHT  # most care positions: a key packs 2 bits per care base into an int64
+
 #: seeds of at most this weight get a direct-address (counting-sort) table: 4**12 entries = 128 MiB
 DIRECT_TABLE_MAX_WEIGHT = 12
 
-#: most care positions of a seed: a key packs 2 bits per care base into an int64 (and -1 marks "no key")
-MAX_SEED_WEIGHT = 31
 
 #: named seeds (LASTZ's)
 SEEDS = {
