@@ -18,20 +18,18 @@ defined in torchhpc.ext.ccsdt.config (CCSDTOptions); --config FILE takes them as
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
 from torchhpc.ext.ccsdt.config import CCSDTOptions
-from torchhpc.ext.core.cli import ArgumentParser, add_options, module_main, options_from_args
+from torchhpc.ext.core.cli import config_command, job_main
 
 
-def run_ccsdt(args: argparse.Namespace) -> int:
-    """Build the options, compute, print the report (or one JSON object)."""
+def run_ccsdt(options: CCSDTOptions) -> int:
+    """Compute, print the report (or one JSON object)."""
     from torchhpc.ext.ccsdt.job import compute, report_lines
 
-    options = options_from_args(CCSDTOptions, args)
     result = compute(options, progress=not options.json and sys.stderr.isatty())
     for line in result.warnings:
         print(line, file=sys.stderr)
@@ -43,21 +41,12 @@ def run_ccsdt(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ccsdt", help="CCSD(T) perturbative triples of a molecule, exact against PySCF",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_options(p, CCSDTOptions, config_file=True)
-    p.set_defaults(func=run_ccsdt)
-
-
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="torchhpc.trainers.ccsdt", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_options(p, CCSDTOptions, config_file=True)
-    return p
+    config_command(sub, "ccsdt", CCSDTOptions, run_ccsdt, config_file=True, description=__doc__,
+                   help="CCSD(T) perturbative triples of a molecule, exact against PySCF")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, run_ccsdt, argv)
+    return job_main("torchhpc.trainers.ccsdt", CCSDTOptions, run_ccsdt, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ imports inside the command functions so that ``torchhpc --help`` stays quick.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from collections.abc import Sequence
@@ -50,6 +51,18 @@ def build_parser() -> ArgumentParser:
     for _name, module in COMMANDS:
         importlib.import_module(module).register(sub)
     return parser
+
+
+def leaf_commands(parser: argparse.ArgumentParser | None = None, path: tuple[str, ...] = ()):
+    """``(("kraken", "train"), parser)`` for every runnable command of the CLI, depth first."""
+    parser = parser if parser is not None else build_parser()
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield path, parser
+        return
+    for action in subs:
+        for name, child in action.choices.items():
+            yield from leaf_commands(child, (*path, name))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torchhpc.ext.ccsdt.config import CCSDTTour
-from torchhpc.ext.core.cli import config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.core.config import ConfigError, RunOptions, option
 from torchhpc.ext.gems.config import GemsTour
 from torchhpc.ext.kraken.config import KrakenTour
@@ -91,12 +91,8 @@ def register(sub) -> None:
                    help="a quick tour of every system on generated inputs (make demo)")
 
 
-def build_parser():
-    return job_parser("torchhpc.trainers.demo", DemoConfig, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: run_demo(options_from_args(DemoConfig, args)), argv)
+    return job_main("torchhpc.trainers.demo", DemoConfig, run_demo, __doc__, argv)
 
 
 if __name__ == "__main__":

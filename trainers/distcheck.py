@@ -13,7 +13,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.core.distcheck import DistcheckOptions
 
 
@@ -40,12 +40,8 @@ def register(sub) -> None:
                    help="check torch.distributed (all-reduce, uneven all-to-all) with torchrun")
 
 
-def build_parser():
-    return job_parser("torchhpc.trainers.distcheck", DistcheckOptions, __doc__)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: run_rank(options_from_args(DistcheckOptions, args)), argv)
+    return job_main("torchhpc.trainers.distcheck", DistcheckOptions, run_rank, __doc__, argv, config_file=False)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,11 @@ The job itself lives in torchhpc.ext.gems.train, the options in torchhpc.ext.gem
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import command_group, config_command, job_main
 from torchhpc.ext.gems.config import GemsConfig, GemsSimulate, GemsTrain
 
 
@@ -52,10 +51,8 @@ def cmd_simulate(cfg: GemsSimulate) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("gems", help="GEMS: memory-aware pipeline parallelism (MAST, MASTER, Hybrid) with torchrun",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    gsub = p.add_subparsers(dest="gems_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    gsub = command_group(sub, "gems", description=__doc__,
+                         help="GEMS: memory-aware pipeline parallelism (MAST, MASTER, Hybrid) with torchrun")
     config_command(gsub, "train", GemsTrain, cmd_train, config_file=True,
                    help="train from a config (launches torchrun with stages x groups processes)")
     config_command(gsub, "partition", GemsConfig, cmd_partition, config_file=True,
@@ -64,15 +61,16 @@ def register(sub) -> None:
                    help="discrete-event prediction of throughput and memory up to 1,024 devices")
 
 
-def build_parser() -> ArgumentParser:
-    return job_parser("torchhpc.trainers.gems", GemsConfig, __doc__, config_file=True)
+def run_rank(cfg: GemsConfig) -> int:
+    """One torchrun rank of the job."""
+    from torchhpc.ext.gems.train import launch
+
+    return launch(cfg)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: ``torchrun ... -m torchhpc.trainers.gems --config FILE [--set k=v] [--section.key v]``."""
-    from torchhpc.ext.gems.train import launch
-
-    return module_main(build_parser, lambda args: launch(options_from_args(GemsConfig, args)), argv)
+    return job_main("torchhpc.trainers.gems", GemsConfig, run_rank, __doc__, argv)
 
 
 if __name__ == "__main__":

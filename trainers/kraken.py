@@ -18,15 +18,14 @@ config file; the job itself lives in :mod:`torchhpc.ext.kraken.jobs`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import command_group, config_command, job_main
 from torchhpc.ext.kraken.config import BenchOptions, KrakenConfig, ServeOptions
 
-__all__ = ["KrakenConfig", "build_parser", "main", "register"]
+__all__ = ["KrakenConfig", "main", "register"]
 
 
 def run_train(cfg: KrakenConfig) -> int:
@@ -57,10 +56,7 @@ def run_bench(opts: BenchOptions) -> int:
 
 def register(sub) -> None:
     """Add ``torchhpc kraken train|serve|bench``."""
-    p = sub.add_parser("kraken", help="Kraken: continual training with dynamic sparse embeddings, serving, bench",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ksub = p.add_subparsers(dest="kraken_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    ksub = command_group(sub, "kraken", help="Kraken: continual training with dynamic sparse embeddings, serving, bench", description=__doc__)
     config_command(ksub, "train", KrakenConfig, run_train, config_file=True,
                    help="continual training from a config (torchrun: sharded over ranks)")
     config_command(ksub, "serve", ServeOptions, run_serve, help="a serving replica that follows a run's checkpoints")
@@ -68,14 +64,9 @@ def register(sub) -> None:
                    help="AUC and memory vs torchrec EBC (full, hashed) and MC-EBC on one stream")
 
 
-def build_parser() -> ArgumentParser:
-    """The ``python -m`` / ``torchrun -m torchhpc.trainers.kraken`` parser: every option of KrakenConfig."""
-    return job_parser("torchhpc.trainers.kraken", KrakenConfig, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: ``torchrun ... -m torchhpc.trainers.kraken --config FILE [--set k=v] [--train.steps N]``."""
-    return module_main(build_parser, lambda args: run_train(options_from_args(KrakenConfig, args)), argv)
+    return job_main("torchhpc.trainers.kraken", KrakenConfig, run_train, __doc__, argv)
 
 
 if __name__ == "__main__":

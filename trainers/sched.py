@@ -11,11 +11,10 @@ The algorithm (PPO with the paper's settings, the group advantage, KL backtracki
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import command_group, config_command, job_main
 from torchhpc.ext.sched.config import EvalCommandOptions, HeuristicsOptions, SchedConfig
 
 
@@ -41,10 +40,7 @@ def cmd_eval(opts: EvalCommandOptions) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("sched", help="RLScheduler: heuristics, PPO training and evaluation of batch scheduling",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ssub = p.add_subparsers(dest="sched_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    ssub = command_group(sub, "sched", help="RLScheduler: heuristics, PPO training and evaluation of batch scheduling", description=__doc__)
     config_command(ssub, "heuristics", HeuristicsOptions, cmd_heuristics,
                    help="table of heuristic schedulers' metrics on job windows")
     config_command(ssub, "train", SchedConfig, cmd_train, help="train the kernel policy with PPO from a config",
@@ -53,16 +49,10 @@ def register(sub) -> None:
                    help="a trained policy beside the heuristics, table + box plot")
 
 
-def build_parser() -> ArgumentParser:
-    return job_parser("torchhpc.trainers.sched", SchedConfig, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: ``torchrun ... -m torchhpc.trainers.sched --config FILE [--set k=v] [--ppo.epochs N]``."""
-    return module_main(build_parser, lambda args: cmd_train(options_from_args(SchedConfig, args)), argv)
+    return job_main("torchhpc.trainers.sched", SchedConfig, cmd_train, __doc__, argv)
 
-
-__all__ = ["build_parser", "main", "register"]
 
 if __name__ == "__main__":
     sys.exit(main())

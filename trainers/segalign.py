@@ -17,12 +17,11 @@ timings and the filter kernel that ran (JSON) on standard error.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.segalign.config import AlignCommand
 
 
@@ -48,12 +47,8 @@ def register(sub) -> None:
                    help="LASTZ-compatible whole-genome alignment (SegAlign): FASTA pair -> MAF")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return job_parser("torchhpc.trainers.segalign", AlignCommand, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: run_align(options_from_args(AlignCommand, args)), argv)
+    return job_main("torchhpc.trainers.segalign", AlignCommand, run_align, __doc__, argv)
 
 
 if __name__ == "__main__":

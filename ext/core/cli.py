@@ -403,6 +403,22 @@ def config_command(
     return p
 
 
+def command_group(sub: Any, name: str, *, help: str, description: str | None = None) -> Any:
+    """Add ``torchhpc <name> SUBCOMMAND`` and return its subparsers (``<name>`` alone prints the help)."""
+    p = sub.add_parser(name, help=help, description=description or help,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    group = p.add_subparsers(dest=f"{name}_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
+    p.set_defaults(func=lambda _args: (p.print_help(), 2)[1])
+    return group
+
+
+def job_main(prog: str, cls: type, fn: Callable[[Any], Any], description: str | None = None,
+             argv: Sequence[str] | None = None, *, config_file: bool = True) -> int:
+    """The whole ``main()`` of a ``python -m`` / ``torchrun -m`` entry: flags from ``cls``, then ``fn(config)``."""
+    return module_main(lambda: job_parser(prog, cls, description, config_file=config_file),
+                       lambda args: fn(options_from_args(cls, args)), argv)
+
+
 def job_parser(prog: str, cls: type, description: str | None = None, **kwargs: Any) -> ArgumentParser:
     """A stand-alone parser (``python -m`` / ``torchrun -m`` entry) whose options come from ``cls``."""
     p = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -411,6 +427,7 @@ def job_parser(prog: str, cls: type, description: str | None = None, **kwargs: A
 
 
 __all__ = [
-    "ArgumentParser", "ConfigError", "OPTIONS_ATTR", "add_options", "config_command", "describe_flags",
-    "flag_overrides", "job_parser", "module_main", "option_flag", "options_from_args", "run_main",
+    "ArgumentParser", "ConfigError", "OPTIONS_ATTR", "add_options", "command_group", "config_command",
+    "describe_flags", "flag_overrides", "job_main", "job_parser", "module_main", "option_flag", "options_from_args",
+    "run_main",
 ]

@@ -7,27 +7,15 @@ each fails while the config is built, before any work starts.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import typing
 
 import pytest
 
 from torchhpc.ext.core.cli import OPTIONS_ATTR, _leaf_fields, _unwrap_optional, option_flag
-from torchhpc.trainers.cli import build_parser, main
+from torchhpc.trainers.cli import leaf_commands, main
 
-
-def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-        return
-    for action in subs:
-        for name, child in action.choices.items():
-            yield from _leaf_commands(child, (*path, name))
-
-
-COMMANDS = [(p, parser) for p, parser in _leaf_commands(build_parser()) if parser.get_default(OPTIONS_ATTR)]
+COMMANDS = [(p, parser) for p, parser in leaf_commands() if parser.get_default(OPTIONS_ATTR)]
 
 
 def _required_positionals(cls) -> list[str]:

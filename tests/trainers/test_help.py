@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from torchhpc.ext.core.cli import OPTIONS_ATTR, describe_flags
-from torchhpc.trainers.cli import build_parser
+from torchhpc.trainers.cli import leaf_commands
 
-
-def _leaf_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield path, parser
-        return
-    for action in subs:
-        for name, child in action.choices.items():
-            yield from _leaf_commands(child, (*path, name))
-
-
-COMMANDS = list(_leaf_commands(build_parser()))
+COMMANDS = list(leaf_commands())
 
 
 def test_cli_has_commands():

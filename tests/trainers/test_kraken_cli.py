@@ -56,11 +56,10 @@ def test_help_lists_subcommands(cli):
 
 def test_train_flags_are_generated_from_the_config():
     """Every option of KrakenConfig is a flag; flags beat --set, which beats the file."""
-    from torchhpc.ext.core.cli import options_from_args
+    from torchhpc.ext.core.cli import job_parser, options_from_args
     from torchhpc.ext.kraken.config import KrakenConfig
-    from torchhpc.trainers.kraken import build_parser
 
-    args = build_parser().parse_args(["--config", DEBUG, "--set", "tables.max_rows=5", "--tables.max-rows", "7",
+    args = job_parser("torchhpc.trainers.kraken", KrakenConfig, config_file=True).parse_args(["--config", DEBUG, "--set", "tables.max_rows=5", "--tables.max-rows", "7",
                                       "--stream.zipf", "1.2", "--run.resume", "--model.bottom", "[8,4]"])
     cfg = options_from_args(KrakenConfig, args)
     assert cfg.tables.max_rows == 7 and cfg.stream.zipf == 1.2 and cfg.run.resume and cfg.model.bottom == [8, 4]

@@ -9,7 +9,6 @@ import pytest
 import torch
 import yaml
 
-from torchhpc.ext.core import runs as runs_mod
 from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.runs import Run, atomic_write_text
@@ -73,7 +72,7 @@ def test_crash_during_checkpoint_leaves_the_last_good_one(tmp_path, monkeypatch)
         fh.write(b"partial")
         raise OSError("disk full")
 
-    monkeypatch.setattr(runs_mod.torch, "save", exploding_save)
+    monkeypatch.setattr(torch, "save", exploding_save)  # runs.py calls torch.save at write time
     with pytest.raises(OSError):
         run.save_checkpoint({"v": torch.zeros(3)}, 2)
     monkeypatch.undo()
