@@ -14,6 +14,7 @@ stream; the entry point (``trainers/kraken.py``) only parses options and calls t
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 
 from torchhpc.ext.core.config import load_config
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.errors import ConfigError, InputError
 
 from .config import CheckpointOptions, KrakenConfig, ServeOptions
 from .stream import CRITEO_DENSE, CRITEO_SPARSE, Batch
@@ -105,6 +106,44 @@ def checkpoint_kind(step: int, options: CheckpointOptions, last_step: int, has_f
     return "delta" if delta_due else None
 
 
+#: Options that fix the shapes of the model and its checkpoints: a resume must not change them.
+SHAPE_KEYS = ("stream.source", "stream.num_sparse", "stream.num_dense", "model.dim", "model.bottom", "model.top",
+              "optim.sparse", "tables.max_rows", "tables.memory_budget_mb", "tables.sketch_width")
+
+
+def _key(cfg: KrakenConfig, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def check_resumable(cfg: KrakenConfig, run_dir: Path, world: int) -> None:
+    """Check, before anything is written, that ``cfg`` can continue the run in ``run_dir``: the
+    options of :data:`SHAPE_KEYS` equal the run's saved ``config.yaml`` and the checkpoints were
+    written by as many ranks as this job has.
+
+    Raises:
+        InputError: no ``config.yaml`` in the folder.
+        ConfigError: a shape option or the number of ranks differs (naming the key and both values).
+    """
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise InputError(f"cannot resume {run_dir}: no config.yaml in it (not a kraken run folder)")
+    saved = load_config(KrakenConfig, saved_path, [])
+    for key in SHAPE_KEYS:
+        if key in ("stream.num_sparse", "stream.num_dense") and cfg.stream.source == "criteo":
+            continue  # a Criteo file fixes both
+        old, new = _key(saved, key), _key(cfg, key)
+        if old != new:
+            raise ConfigError(f"cannot resume {run_dir}: {key} is {new} here but {old} in the run's config.yaml "
+                              f"(its checkpoints hold that shape); keep {key}={old} or start a new run")
+    ckpt = run_dir / "checkpoints"
+    shards = sorted(p for p in ckpt.glob("rank*") if p.is_dir()) if ckpt.is_dir() else []
+    written = len(shards) if shards else 1
+    if (shards or any(ckpt.glob("*.pt"))) and written != world:
+        raise ConfigError(f"cannot resume {run_dir}: its checkpoints were written by {written} rank(s), this job "
+                          f"has {world}; resume it with --nproc-per-node {written}")
+
+
 def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
     """Continual training from a config (rows sharded over the ranks under torchrun); returns the summary.
 
@@ -112,15 +151,23 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
     CTR, table rows and MB, samples/s every ``train.log_every`` steps), ``summary.json``,
     ``learning_curve.png`` and ``checkpoints/`` (``rank<r>/`` per rank when sharded).
 
+    With ``run.resume`` everything is checked before anything is written: the shape options against
+    the run's ``config.yaml`` (:func:`check_resumable`), the newest intact checkpoint state (a
+    damaged newest file is reported in one warning line and skipped), the stream at that step. A
+    run already at ``train.steps`` is left as it is (a no-op that says so).
+
     Raises:
-        InputError: a run folder that exists (or not, with ``run.resume``), a bad Criteo file, a
-            memory budget too small for one row.
-        ConfigError: a batch size not divisible by the number of ranks.
+        InputError: a run folder that exists (or not, with ``run.resume``), a bad or empty Criteo
+            file, a memory budget too small for one row, no intact checkpoint to resume from.
+        ConfigError: a batch size not divisible by the number of ranks; a resume that changes the
+            model's shape or the number of ranks.
     """
+    import itertools
+
     from torchhpc.ext.core.distributed import distributed
     from torchhpc.ext.core.runs import open_run
 
-    from .continual import ContinualTrainer, restorable_step, restore_plan
+    from .continual import ContinualTrainer, restorable_step
     from .metrics import gathered_result
     from .stream import slice_batch
 
@@ -128,35 +175,58 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
         torch.set_num_threads(cfg.threads)
     with distributed(device=cfg.device, timeout_s=300) as ctx:
         rank, device = ctx.rank, ctx.device
-        run = open_run("kraken", cfg, cfg.run, ctx)
         sharded = ctx.initialized and ctx.world_size > 1
         world = ctx.world_size if sharded else 1
         model = build_model(cfg, device, sharded=sharded)
         trainer = ContinualTrainer(model, cfg.optim.dense_lr, cfg.optim.dense, cfg.optim.weight_decay,
                                    cfg.train.window, allreduce=sharded)
+        last = cfg.train.steps
+        # ---- resume: check and restore before anything is written
+        run_dir = Path(cfg.run.root) / "kraken" / cfg.run.run_id if cfg.run.resume and cfg.run.run_id else None
+        resuming = run_dir is not None and run_dir.is_dir()
+        if resuming:
+            check_resumable(cfg, run_dir, world)
+            upto = None
+            if sharded:  # every rank must restart from the same step, whatever a crash left behind
+                import torch.distributed as dist
+
+                newest = torch.tensor([restorable_step(run_dir / "checkpoints" / f"rank{rank}")])
+                dist.all_reduce(newest, op=dist.ReduceOp.MIN)
+                upto = int(newest)
+            trainer.restore(run_dir / "checkpoints" / (f"rank{rank}" if sharded else ""), upto, drop_later=False)
+            if trainer.step >= last:
+                if verbose and rank == 0:
+                    print(f"{run_dir}: already finished at step {trainer.step} (train.steps {last}): nothing to do, "
+                          "the run is left as it is")
+                path = run_dir / "summary.json"
+                summary = json.loads(path.read_text()) if path.is_file() else {"steps": trainer.step}
+                summary["run_dir"] = str(run_dir)
+                return summary
+        # ---- the stream must have samples from here on (an empty Criteo file is an error, not a NaN run)
+        stream = batches(cfg, trainer.step, last)
+        first = next(stream, None)
+        if first is None:
+            raise InputError(f"{cfg.stream.path or 'the stream'}: no samples from step {trainer.step} on")
+        run = open_run("kraken", cfg, cfg.run, ctx)
         ckpt_dir = run.ckpt_dir / (f"rank{rank}" if sharded else "")
         writes = rank == 0 or sharded  # dense state is replicated; each rank saves its own rows
         if writes:
             ckpt_dir.mkdir(parents=True, exist_ok=True)
         if cfg.run.resume:
-            upto = None
-            if sharded:  # every rank must restart from the same step, whatever a crash left behind
-                import torch.distributed as dist
-
-                newest = torch.tensor([restorable_step(ckpt_dir)])
-                dist.all_reduce(newest, op=dist.ReduceOp.MIN)
-                upto = int(newest)
-            trainer.restore(ckpt_dir, upto)
+            if writes:
+                trainer.drop_later(ckpt_dir)  # training writes the later steps again
             run.truncate_metrics(trainer.step)
             if verbose and rank == 0:
                 print(f"resumed {run.dir} at step {trainer.step}")
-        has_full = restore_plan(ckpt_dir)[0] is not None
-        last = cfg.train.steps
+        from .continual import checkpoint_files
+
+        has_full = any(k == "full" for _s, k, _p in checkpoint_files(ckpt_dir))
         t0, step0 = time.time(), trainer.step
         rows_written = 0
+        kind = None
         loss = torch.tensor(float("nan"))
         bar = run.progress(total=last, initial=trainer.step, desc="kraken", unit="batch")
-        for _, batch in batches(cfg, trainer.step, last):
+        for _, batch in itertools.chain([first], stream):
             # ---- score, then learn from this rank's share of the batch
             loss = trainer.train_step(slice_batch(batch, rank, world).to(device))
             step = trainer.step
@@ -179,6 +249,14 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
                 rows_written += trainer.save_delta(ckpt_dir, extra={"rank": rank, "world": ctx.world_size})[1]
             bar.update(1)
         bar.close()
+        if trainer.step < last:  # a Criteo file that ends before train.steps: keep the final state whole
+            if writes and kind != "full":
+                trainer.save_full(ckpt_dir, extra={"rank": rank, "world": ctx.world_size})
+                trainer.prune(ckpt_dir, cfg.checkpoint.keep_full)
+            if rank == 0:
+                from .continual import warn
+
+                warn(f"{cfg.stream.path}: the stream ended at step {trainer.step}, before train.steps {last}")
         pv = gathered_result(trainer.pv, world)
         mem = model.sparse.memory()
         summary = {"steps": trainer.step, "auc": pv["auc"], "logloss": pv["logloss"],
@@ -203,10 +281,16 @@ def run_config(checkpoint_dir: str | Path) -> KrakenConfig:
     """The config of the run whose checkpoints are in ``checkpoint_dir`` (or a rank folder of it).
 
     Raises:
-        InputError: no ``config.yaml`` beside the folder (not a kraken run's checkpoints).
+        InputError: a file, not a folder; no ``config.yaml`` beside the folder (not a kraken run's
+            checkpoints; the folder itself need not exist yet).
     """
     ckpt = Path(checkpoint_dir)
-    for cfg_path in (ckpt.parent / "config.yaml", ckpt.parent.parent / "config.yaml"):
+    if ckpt.exists() and not ckpt.is_dir():
+        raise InputError(f"{ckpt}: not a folder (give a run's checkpoints folder: runs/kraken/<id>/checkpoints)")
+    candidates = [ckpt.parent / "config.yaml"]
+    if re.fullmatch(r"rank\d+", ckpt.name):  # one shard of a sharded run
+        candidates.append(ckpt.parent.parent / "config.yaml")
+    for cfg_path in candidates:
         if cfg_path.is_file():
             return load_config(KrakenConfig, cfg_path, [])
     raise InputError(f"{ckpt}: not the checkpoints folder of a kraken run (no config.yaml beside it)")
@@ -276,5 +360,5 @@ def serve(options: ServeOptions) -> dict:
     return summary
 
 
-__all__ = ["batches", "build_model", "build_stream", "checkpoint_kind", "feature_names", "run_config", "serve",
-           "train"]
+__all__ = ["SHAPE_KEYS", "batches", "build_model", "build_stream", "check_resumable", "checkpoint_kind",
+           "feature_names", "run_config", "serve", "train"]

@@ -160,8 +160,56 @@ def _signed64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def _open_text(path: Path):
-    return gzip.open(path, "rt") if path.suffix == ".gz" else open(path)
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def _criteo_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a Criteo file; a non-UTF-8 byte, a truncated or corrupt ``.gz`` is an
+    :class:`InputError` naming the file and the line."""
+    import zlib
+
+    lineno = 0
+    with _open_binary(path) as fh:
+        it = iter(fh)
+        while True:
+            try:
+                raw = next(it)
+            except StopIteration:
+                return
+            except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+                what = "truncated gzip file" if isinstance(exc, EOFError) else "not valid gzip data"
+                raise InputError(f"{path}:{lineno + 1}: {what} ({exc})") from None
+            lineno += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                                 f"{exc.start + 1})") from None
+            yield lineno, text
+
+
+_CRITEO_COLUMNS = ["label", *(f"I{i + 1}" for i in range(CRITEO_DENSE)), *(f"C{i + 1}" for i in range(CRITEO_SPARSE))]
+
+
+def _parse_criteo(parts: list[str]) -> tuple[int, list[int], list[int]]:
+    """label, dense and categorical values of one line's fields (``ValueError`` naming the column)."""
+    col = 0
+    try:
+        lab = int(parts[0])
+        dv = []
+        for col in range(1, 1 + CRITEO_DENSE):
+            dv.append(int(parts[col]) if parts[col] else 0)
+        cv = []
+        for col in range(1 + CRITEO_DENSE, len(parts)):
+            cv.append(_signed64(int(parts[col], 16)) if parts[col] else 0)
+    except ValueError as exc:
+        kind = "an integer" if col <= CRITEO_DENSE else "a hexadecimal ID of up to 64 bits"
+        value = parts[col]
+        if "wider than 64 bits" in str(exc):
+            raise ValueError(f"column {_CRITEO_COLUMNS[col]}: {exc}") from None
+        raise ValueError(f"column {_CRITEO_COLUMNS[col]}: {value!r} is not {kind}") from None
+    return lab, dv, cv
 
 
 def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iterator[Batch]:
@@ -174,8 +222,9 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
     equal hex strings in different columns stay different features.
 
     Raises:
-        InputError: a missing file, or a line with a wrong field count or a bad number
-            (reported with its line number).
+        InputError: a missing file, no samples from line ``start`` on (an empty file), a line with a
+            wrong field count, a bad number or a byte that is not UTF-8, a truncated or corrupt ``.gz``
+            (reported with the line number).
     """
     from torchrec import KeyedJaggedTensor
 
@@ -199,30 +248,30 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
         return Batch(d, kjt, torch.tensor(labels, dtype=torch.float32))
 
     labels, dense, cats, has = [], [], [], []
-    with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if lineno <= start:
-                continue
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) != 1 + CRITEO_DENSE + CRITEO_SPARSE:
-                raise InputError(
-                    f"{path}:{lineno}: expected {1 + CRITEO_DENSE + CRITEO_SPARSE} tab-separated fields "
-                    f"(label, 13 integer, 26 categorical), found {len(parts)}"
-                )
-            try:
-                lab = int(parts[0])
-                dv = [int(x) if x else 0 for x in parts[1:1 + CRITEO_DENSE]]
-                cv = [_signed64(int(x, 16)) if x else 0 for x in parts[1 + CRITEO_DENSE:]]
-            except ValueError as exc:
-                raise InputError(f"{path}:{lineno}: {exc}") from None
-            if lab not in (0, 1):
-                raise InputError(f"{path}:{lineno}: label must be 0 or 1, found {lab}")
-            labels.append(lab)
-            dense.extend(dv)
-            cats.extend(cv)
-            has.extend(bool(x) for x in parts[1 + CRITEO_DENSE:])
-            if len(labels) == batch_size:
-                yield flush(labels, dense, cats, has)
-                labels, dense, cats, has = [], [], [], []
+    lineno = 0
+    for lineno, line in _criteo_lines(path):
+        if lineno <= start:
+            continue
+        parts = line.rstrip("\r\n").split("\t")
+        if len(parts) != 1 + CRITEO_DENSE + CRITEO_SPARSE:
+            raise InputError(
+                f"{path}:{lineno}: expected {1 + CRITEO_DENSE + CRITEO_SPARSE} tab-separated fields "
+                f"(label, 13 integer, 26 categorical), found {len(parts)}"
+            )
+        try:
+            lab, dv, cv = _parse_criteo(parts)
+        except ValueError as exc:
+            raise InputError(f"{path}:{lineno}: {exc}") from None
+        if lab not in (0, 1):
+            raise InputError(f"{path}:{lineno}: label must be 0 or 1, found {lab}")
+        labels.append(lab)
+        dense.extend(dv)
+        cats.extend(cv)
+        has.extend(bool(x) for x in parts[1 + CRITEO_DENSE:])
+        if len(labels) == batch_size:
+            yield flush(labels, dense, cats, has)
+            labels, dense, cats, has = [], [], [], []
     if labels:
         yield flush(labels, dense, cats, has)
+    elif lineno <= start:
+        raise InputError(f"{path}: no samples" + (f" after line {start}" if start else " (an empty file)"))
