@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from torchhpc.ext.ccsdt.config import CCSDTTour
 from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.core.config import ConfigError, RunOptions, option
+from torchhpc.ext.fperror.config import FperrorTour
 from torchhpc.ext.gems.config import GemsTour
 from torchhpc.ext.kraken.config import KrakenTour
+from torchhpc.ext.pliner.config import PlinerTour
 from torchhpc.ext.sched.config import SchedTour
 from torchhpc.ext.segalign.config import SegalignTour
 
@@ -33,6 +35,8 @@ TOUR: dict[str, str] = {
     "gems": "torchhpc.ext.gems.demo",
     "segalign": "torchhpc.ext.segalign.demo",
     "ccsdt": "torchhpc.ext.ccsdt.demo",
+    "fperror": "torchhpc.ext.fperror.demo",
+    "pliner": "torchhpc.ext.pliner.demo",
 }
 
 
@@ -48,6 +52,8 @@ class DemoConfig:
     gems: GemsTour = option(default_factory=GemsTour, help="gems step")
     segalign: SegalignTour = option(default_factory=SegalignTour, help="segalign step")
     ccsdt: CCSDTTour = option(default_factory=CCSDTTour, help="ccsdt step")
+    fperror: FperrorTour = option(default_factory=FperrorTour, help="fperror step")
+    pliner: PlinerTour = option(default_factory=PlinerTour, help="pliner step")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
     def __post_init__(self) -> None:

@@ -1,0 +1,101 @@
+"""Precision enhancement: float64 inside the region, casts at its borders, the rest untouched."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from torchhpc.ext.pliner import GraphProgram, parse_precision, run_config
+from torchhpc.ext.pliner.recipe import HighPrecision, Recipe, keep_high_precision
+
+
+class Chain(torch.nn.Module):
+    """``lin(x) + 300`` then ``* 1.5`` then ``- 450``: under bf16 autocast the offset value is stored in bf16."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)
+        y = h + 300.0
+        z = y * 1.5
+        return z - 450.0
+
+
+def _line(text: str) -> str:
+    """``file:line`` of the statement of Chain.forward containing ``text``."""
+    src, first = inspect.getsourcelines(Chain.forward)
+    return f"{__file__}:{first + next(i for i, ln in enumerate(src) if text in ln)}"
+
+
+@pytest.fixture(scope="module")
+def chain():
+    m = Chain().eval()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    return m, x, GraphProgram(m, (x,), parse_precision("autocast-bf16"))
+
+
+def test_enhancing_nothing_is_the_problem_run(chain):
+    """The rewritten graph with no region enhanced reproduces the plain bf16 autocast run bit for bit."""
+    m, x, prog = chain
+    plain = run_config(m, (x,), parse_precision("autocast-bf16"))
+    assert torch.equal(prog.run(frozenset()), plain) and plain.dtype == torch.bfloat16
+
+
+def test_enhancing_everything_is_a_float64_run(chain):
+    """All ops enhanced: the float64 model's result, cast back to the plain run's output dtype (bf16)."""
+    m, x, prog = chain
+    want = Chain().double().eval()(x.double()).to(torch.bfloat16)
+    got = prog.run(frozenset(prog.ops))
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want)
+
+
+def test_enhanced_region_keeps_float64_inside_and_casts_at_borders(chain):
+    """{add, mul} enhanced: bf16 linear output cast up, float64 through add and mul, bf16 into the plain sub."""
+    m, x, prog = chain
+    names = {o.op.split(".")[1]: n for n, o in prog.ops.items()}
+    h = torch.nn.functional.linear(x.bfloat16(), m.lin.weight.bfloat16(), m.lin.bias.bfloat16())
+    z = ((h.double() + 300.0) * 1.5).to(torch.bfloat16)  # leaves the region in mul's plain dtype
+    want = z - 450.0
+    got = prog.run(frozenset([names["add"], names["mul"]]))
+    assert torch.equal(got, want)
+    # and the enhancement matters: bf16 storage of y = h + 300 loses h's low bits
+    assert not torch.equal(got, prog.run(frozenset()))
+
+
+def test_nodes_carry_module_and_source_line(chain):
+    """Each candidate op knows its aten op, module path and the user's file:line."""
+    _m, _x, prog = chain
+    lin = next(o for o in prog.ops.values() if o.op == "aten.linear.default")
+    assert lin.module == "lin" and lin.line == _line("self.lin(x)")
+    add = next(o for o in prog.ops.values() if o.op == "aten.add.Tensor")
+    assert add.module == "" and add.code == "y = h + 300.0"
+
+
+def test_high_precision_wrapper_and_context_manager():
+    """HighPrecision runs the module in float64 under autocast (parameters shared); the block restores it."""
+    m = Chain().eval()
+    x = torch.randn(4, 8)
+    want = Chain().double().eval()(x.double()).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = HighPrecision(m)(x)
+        with keep_high_precision(m, ["lin"]):
+            assert isinstance(m.lin, HighPrecision)
+    assert torch.equal(got, want) and isinstance(m.lin, torch.nn.Linear)
+    assert HighPrecision(m).module.lin.weight is m.lin.weight
+
+
+def test_line_recipe_runs_those_lines_in_float64():
+    """Recipe(lines) = the lines' torch calls in float64 with float64 flowing between them."""
+    m = Chain().eval()
+    x = torch.randn(4, 8)
+    rec = Recipe(lines=[_line("h + 300.0"), _line("y * 1.5"), _line("z - 450.0")])
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), rec.applied(m):
+        got = m(x)
+    h = torch.nn.functional.linear(x.bfloat16(), m.lin.weight.bfloat16(), m.lin.bias.bfloat16())
+    want = ((h.double() + 300.0) * 1.5 - 450.0).to(torch.bfloat16)
+    assert torch.equal(got, want)

@@ -1,0 +1,61 @@
+"""``torchhpc pliner``: isolate the ops whose precision makes two configurations of a model disagree.
+
+    torchhpc pliner find --model examples.py:build --problem autocast-bf16            # report
+    torchhpc pliner find --model torchhpc.ext.pliner.examples:tiny_transformer --problem tf32 --json
+    torchhpc pliner find --model m.py:build --problem compile --tol 1e-4 --search ddmin
+
+``build()`` returns ``(model, inputs)``.  The reference (default fp32 eager) and the problem
+configuration run the same model on the same inputs; PLiNER's search (enhance everything to
+float64, then bisect: modules, source lines, FX nodes) returns the smallest set whose float64
+enhancement makes them agree, checked minimal, and a mixed-precision recipe.  One progress line
+per search level goes to stderr; --json prints one object (status found / no_divergence /
+not_fixable / spread).  Every option is defined in torchhpc.ext.pliner.config.FindOptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from torchhpc.ext.core.cli import ArgumentParser, config_command, module_main
+from torchhpc.ext.pliner.config import FindOptions
+
+
+def run_find(opts: FindOptions) -> int:
+    """``torchhpc pliner find``: build, search, print; exit 0 whatever the status (it is the answer)."""
+    from torchhpc.ext.pliner import find
+    from torchhpc.ext.pliner.target import build_target
+
+    model, inputs = build_target(opts.model)
+    res = find(model, inputs, reference=opts.reference, problem=opts.problem, options=opts.search,
+               progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(res.as_json()) if opts.json else res.report())
+    return 0
+
+
+def _add(sub) -> None:
+    config_command(sub, "find", FindOptions, run_find, config_file=True,
+                   help="find the ops/modules/lines whose float64 enhancement makes the configurations agree")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("pliner", help="isolate the ops behind bf16 / TF32 / compile divergence (PLiNER)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add(p.add_subparsers(dest="pliner_command", required=True))
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="torchhpc.trainers.pliner", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add(p.add_subparsers(dest="pliner_command", required=True))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return module_main(build_parser, lambda args: args.func(args), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
