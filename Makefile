@@ -18,6 +18,10 @@ PINS := triton==3.7.1 numpy==2.4.6 pyyaml==6.0.4 tqdm==4.70.1 matplotlib==3.11.2
         gymnasium==1.4.0 deepspeed==0.19.8 pyscf==2.14.0 scipy==1.17.1 numba==0.68.1 scikit-learn==1.9.1 \
         pytest==9.2.0 ruff==0.17.6 \
         $(FBGEMM) tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 iopath==0.1.10
+# The anchors that come from Debian: LASTZ (segalign) and Open MPI (collectives; mpi4py builds against it).
+APT_PKGS := lastz openmpi-bin libopenmpi-dev
+APT_OK := command -v lastz >/dev/null && command -v mpirun >/dev/null && test -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h
+MPI4PY := mpi4py==4.1.2
 # torchrec names the CUDA fbgemm-gpu wheel as a dependency, so it goes in with --no-deps.
 TORCHREC := torchrec==1.8.0
 
@@ -29,11 +33,12 @@ export OMP_NUM_THREADS ?= 2
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
+	-@$(APT_OK) || ! command -v apt-get >/dev/null || (apt-get install -y -q $(APT_PKGS) || (apt-get update -q && apt-get install -y -q $(APT_PKGS))) || echo "$(APT_PKGS) not installed: the tests that compare with LASTZ and Open MPI skip here and fail under CI=true"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH) $(PINS)
+	-$(PY) -m pip install -q $(MPI4PY) || echo "mpi4py not installed (needs libopenmpi-dev): the Open MPI reference tests skip here and fail under CI=true"
 	$(PY) -m pip install -q --no-deps $(TORCHREC)
 	$(PY) -m pip install -q --no-deps -e .
-	-@command -v lastz >/dev/null || ! command -v apt-get >/dev/null || (apt-get install -y -q lastz || (apt-get update -q && apt-get install -y -q lastz)) || echo "lastz not installed: the segalign LASTZ tests skip here and fail under CI=true"
 	@$(PY) -c "import torch, torchrec, triton, gymnasium; print('torchhpc setup ok: torch', torch.__version__, '| triton', triton.__version__, '| torchrec', torchrec.__version__ if hasattr(torchrec, '__version__') else '1.8.0')"
 	@touch $(STAMP)
 

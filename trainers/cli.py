@@ -25,10 +25,11 @@ COMMANDS: list[tuple[str, str]] = [
     ("gems", "torchhpc.trainers.gems"),
     ("fperror", "torchhpc.trainers.fperror"),
     ("pliner", "torchhpc.trainers.pliner"),
+    ("collectives", "torchhpc.trainers.collectives"),
 ]
 
 #: Systems of the suite that have no command yet (see the README's roadmap).
-PLANNED = ["symnmf", "foresight", "collectives"]
+PLANNED = ["symnmf", "foresight"]
 
 
 def _version() -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torchhpc.ext.ccsdt.config import CCSDTTour
+from torchhpc.ext.collectives.config import CollectivesTour
 from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.core.config import ConfigError, RunOptions, option
 from torchhpc.ext.fperror.config import FperrorTour
@@ -37,6 +38,7 @@ TOUR: dict[str, str] = {
     "ccsdt": "torchhpc.ext.ccsdt.demo",
     "fperror": "torchhpc.ext.fperror.demo",
     "pliner": "torchhpc.ext.pliner.demo",
+    "collectives": "torchhpc.ext.collectives.demo",
 }
 
 
@@ -54,6 +56,7 @@ class DemoConfig:
     ccsdt: CCSDTTour = option(default_factory=CCSDTTour, help="ccsdt step")
     fperror: FperrorTour = option(default_factory=FperrorTour, help="fperror step")
     pliner: PlinerTour = option(default_factory=PlinerTour, help="pliner step")
+    collectives: CollectivesTour = option(default_factory=CollectivesTour, help="collectives step")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
     def __post_init__(self) -> None:

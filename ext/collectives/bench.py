@@ -1,0 +1,123 @@
+"""The rank job of ``torchhpc collectives bench``: time each algorithm per message size on one graph.
+
+Every rank sends ``size`` bytes to each of its destinations; each algorithm is called ``repeats``
+times in turns (direct, LAG-H, LAW-H, direct, ...) as a persistent exchange (sizes fixed once, as
+Open MPI's ``Neighbor_alltoallv`` is given its counts), each call closed by a barrier, and the reported
+time per call is the largest median over ranks.  Every algorithm's received bytes are compared with
+the direct algorithm's before timing (``identical`` in the results).  The plan gives the bytes each
+rank injects between nodes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from torchhpc.ext.core.bench import time_interleaved
+from torchhpc.ext.core.distributed import distributed
+from torchhpc.ext.core.errors import DistributedError
+
+from .config import BenchOptions
+from .graphs import neighbours, parse_graph
+from .ops import EmulatedNetwork, PersistentNeighborAlltoallv, ProcessGraph, neighbor_alltoallv
+
+
+def _max_over_ranks(x: float, device) -> float:
+    t = torch.tensor([x], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _all_ranks(flag: bool, device) -> bool:
+    t = torch.tensor([int(flag)], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
+def run_bench(opts: BenchOptions) -> dict | None:
+    """One rank of the benchmark; returns the results on rank 0 (``None`` elsewhere).
+
+    Returns:
+        ``{"nranks", "nnodes", "graph", "edges", "cross_edges", "inter_node_mbps", "rows": [one per
+        (size, algo): {"size", "algo", "median_s", "min_s", "inter_node_bytes_max", "inter_node_bytes_mean",
+        "inter_node_bytes_per_rank", "messages_max", "identical"}]}``.
+
+    Raises:
+        DistributedError: not launched by torchrun.
+    """
+    with distributed(device=opts.device, timeout_s=opts.timeout) as ctx:
+        if not ctx.initialized:
+            raise DistributedError("collectives bench must run under torchrun (use `torchhpc collectives bench "
+                                   "--nproc N`, or torchrun -m torchhpc.trainers.collectives)")
+        rank, size, dev = ctx.rank, ctx.world_size, ctx.device
+        src, dst = parse_graph(opts.graph, size, opts.seed)
+        sources, destinations = neighbours(src, dst, rank)
+        emulate = EmulatedNetwork(opts.inter_node_mbps * 1e6) if opts.inter_node_mbps > 0 else None
+        graph = ProcessGraph(sources, destinations, ranks_per_node=opts.ranks_per_node or None, emulate=emulate,
+                             device=dev)
+        rows = []
+        for nbytes in opts.size_list:
+            gen = torch.Generator().manual_seed(1000 * rank + nbytes % 997)
+            send = [torch.randint(0, 256, (nbytes,), dtype=torch.uint8, generator=gen).to(dev) for _ in destinations]
+            ref = neighbor_alltoallv(send, graph, algo="direct")
+            identical = {}
+            for algo in opts.algo_list:
+                got = neighbor_alltoallv(send, graph, algo=algo)
+                identical[algo] = _all_ranks(all(torch.equal(a, b) for a, b in zip(got, ref, strict=True)), dev)
+
+            def call(algo, send=send):
+                exchange = PersistentNeighborAlltoallv([t.shape for t in send], torch.uint8, graph, algo=algo)
+
+                def fn():
+                    exchange(send)
+                    dist.barrier()
+                return fn
+
+            timings = time_interleaved({a: call(a) for a in opts.algo_list}, repeats=opts.repeats, warmup=1)
+            edge_bytes = np.full(len(graph.src), nbytes, dtype=np.int64)
+            for algo in opts.algo_list:
+                plan = graph.plan(edge_bytes, algo)
+                inter = plan.inter_node_bytes()
+                rows.append({
+                    "size": nbytes, "algo": algo, "routed_as": plan.algo,
+                    "median_s": _max_over_ranks(timings[algo].median, dev),
+                    "min_s": _max_over_ranks(timings[algo].min, dev),
+                    "inter_node_bytes_max": int(inter.max()), "inter_node_bytes_mean": float(inter.mean()),
+                    "inter_node_bytes_per_rank": inter.tolist(), "messages_max": int(plan.messages().max()),
+                    "identical": identical[algo],
+                })
+        cross = int((graph.node[graph.src] != graph.node[graph.dst]).sum())
+        result = {"nranks": size, "nnodes": graph.nnodes, "ranks_per_node": opts.ranks_per_node, "graph": opts.graph,
+                  "seed": opts.seed, "edges": len(graph.src), "cross_edges": cross,
+                  "inter_node_mbps": opts.inter_node_mbps, "backend": ctx.backend, "rows": rows}
+    return result if rank == 0 else None
+
+
+def format_table(result: dict) -> str:
+    """The results as a plain table: one line per (size, algorithm), the speed-up over direct."""
+    lines = [f"{result['nranks']} ranks on {result['nnodes']} nodes, graph {result['graph']} (seed {result['seed']}): "
+             f"{result['edges']} edges, {result['cross_edges']} between nodes; emulated injection "
+             f"{result['inter_node_mbps']:g} MB/s per rank" if result["inter_node_mbps"] else
+             f"{result['nranks']} ranks on {result['nnodes']} nodes, graph {result['graph']}: real transport only "
+             f"(no software emulation)"]
+    lines.append(f"{'size':>8} {'algo':>12} {'ms/call':>9} {'vs direct':>9} {'inter-node B/rank max':>22} "
+                 f"{'mean':>10} {'msgs':>5} {'same bytes':>10}")
+    direct = {r["size"]: r["median_s"] for r in result["rows"] if r["algo"] == "direct"}
+    for r in result["rows"]:
+        ratio = f"{direct[r['size']] / r['median_s']:.2f}x" if r["size"] in direct else "-"
+        name = r["algo"] if r["routed_as"] == r["algo"] else f"{r['algo']}:{r['routed_as']}"
+        lines.append(f"{_size(r['size']):>8} {name:>12} {1e3 * r['median_s']:9.2f} {ratio:>9} "
+                     f"{r['inter_node_bytes_max']:22d} {r['inter_node_bytes_mean']:10.0f} {r['messages_max']:5d} "
+                     f"{str(r['identical']):>10}")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit, div in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+__all__ = ["format_table", "run_bench"]

@@ -1,0 +1,111 @@
+"""Every option of the collectives system, once, as documented dataclass fields.
+
+* :class:`BenchOptions`: ``torchhpc collectives bench`` / ``python -m torchhpc.trainers.collectives``;
+* :class:`ModelOptions`: ``torchhpc collectives model`` (the cost model's predictions at scale);
+* :class:`CollectivesTour`: the system's step of ``make demo``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torchhpc.ext.core.config import option
+from torchhpc.ext.core.errors import ConfigError
+
+ALGO_CHOICES = ("direct", "lag-h", "law-h", "auto")
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _check_graph(spec: str, key: str) -> None:
+    kind = spec.partition(":")[0]
+    if kind not in ("random", "powerlaw", "moore"):
+        raise ConfigError(f"{key}: expected random:DENSITY, powerlaw:MEAN_DEGREE:EXPONENT or moore:D:R, got {spec!r}")
+
+
+def _check_sizes(text: str, key: str) -> list[int]:
+    from .graphs import parse_size
+
+    sizes = [parse_size(s) for s in _split(text)]
+    if not sizes:
+        raise ConfigError(f"{key}: give at least one message size, e.g. 4K,64K,1M")
+    return sizes
+
+
+def _check_algos(text: str, key: str) -> list[str]:
+    algos = _split(text)
+    bad = [a for a in algos if a not in ALGO_CHOICES]
+    if bad or not algos:
+        raise ConfigError(f"{key}: unknown algorithm {bad[0] if bad else text!r}; choose from {', '.join(ALGO_CHOICES)}")
+    return algos
+
+
+@dataclass
+class BenchOptions:
+    """Options of ``torchhpc collectives bench`` (time per call and bytes crossing nodes, per algorithm)."""
+
+    graph: str = option("random:0.5", help="process graph: random:DENSITY (each ordered pair an edge with that "
+                        "probability), powerlaw:MEAN_DEGREE:EXPONENT (power-law out-degrees) or moore:D:R "
+                        "(periodic D-dimensional grid, Chebyshev radius R)")
+    ranks_per_node: int = option(2, help="consecutive ranks forming one (emulated) node; 0: from torchrun's "
+                                 "GROUP_RANK or the host name", ge=0)
+    sizes: str = option("4K,64K,256K,1M", help="message size per edge in bytes, comma-separated (K, M suffixes)")
+    algo: str = option("direct,lag-h,law-h", help="algorithms to time, comma-separated: direct, lag-h, law-h, auto")
+    repeats: int = option(5, help="timed calls per algorithm and size (interleaved; the median is reported)",
+                          ge=1, le=10000)
+    inter_node_mbps: float = option(100.0, help="emulated injection bandwidth of one rank between nodes, MB/s "
+                                    "(10^6 B/s); 0 turns the emulation off (real transport only)", ge=0)
+    seed: int = option(0, help="seed of the random graph", ge=0)
+    output: str | None = option(None, help="write the results as JSON here (rank 0)")
+    json: bool = option(False, help="print the results as one JSON line instead of a table")
+    device: str = option("cpu", help="cpu (gloo) or cuda (NCCL)", choices=["auto", "cpu", "cuda"])
+    timeout: float = option(120.0, help="collective timeout in seconds: a dead peer fails the job after this",
+                            gt=0, le=86400)
+    nproc: int = option(4, help="processes to launch with torchrun (the torchhpc command only)", ge=1, le=256)
+
+    def __post_init__(self):
+        _check_graph(self.graph, "--graph")
+        _check_sizes(self.sizes, "--sizes")
+        _check_algos(self.algo, "--algo")
+
+    @property
+    def size_list(self) -> list[int]:
+        return _check_sizes(self.sizes, "--sizes")
+
+    @property
+    def algo_list(self) -> list[str]:
+        return _check_algos(self.algo, "--algo")
+
+
+@dataclass
+class ModelOptions:
+    """Options of ``torchhpc collectives model``: predict each algorithm's time at scale."""
+
+    nodes: int = option(512, help="nodes of the predicted machine", ge=1, le=100000)
+    ranks_per_node: int = option(56, help="ranks per node of the predicted machine", ge=1, le=1024)
+    graph: str = option("random:0.002", help="process graph: random:DENSITY, powerlaw:MEAN_DEGREE:EXPONENT or moore:D:R")
+    sizes: str = option("64K,256K,1M", help="message sizes per edge, comma-separated (K, M suffixes)")
+    seed: int = option(0, help="seed of the random graph", ge=0)
+    alpha_us: float = option(2.0, help="per-message latency, microseconds", gt=0)
+    intra_gbps: float = option(10.0, help="intra-node copy bandwidth of one rank, GB/s (10^9 B/s)", gt=0)
+    rank_gbps: float = option(3.0, help="injection bandwidth one rank reaches alone, GB/s", gt=0)
+    node_gbps: float = option(12.5, help="injection bandwidth of one node (its NIC), GB/s", gt=0)
+    calibration: str | None = option(None, help="results JSON of benchmarks/collectives.py: take the calibrated "
+                                     "latency and intra-node bandwidth from it instead of the two options above")
+    json: bool = option(False, help="print one JSON line instead of a table")
+
+    def __post_init__(self):
+        _check_graph(self.graph, "--graph")
+        _check_sizes(self.sizes, "--sizes")
+
+
+@dataclass
+class CollectivesTour:
+    """The collectives step of ``make demo``: the plans and the cost model on a 2-node graph (no torchrun)."""
+
+    nranks: int = option(8, help="ranks of the demo graph", ge=2, le=4096)
+    ranks_per_node: int = option(4, help="ranks per node", ge=1)
+    density: float = option(0.5, help="random graph density", gt=0, le=1)
+    size: str = option("1M", help="message size per edge")

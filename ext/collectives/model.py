@@ -1,0 +1,121 @@
+"""The scale model: calibrate the cost model from measured runs, predict each algorithm up to 28,672 ranks.
+
+:class:`~torchhpc.ext.collectives.plan.CostModel` charges per phase the slowest rank (latency per
+message, intra-node copies, its own inter-node injection) and the busiest node's NIC.  Here:
+
+* :func:`calibrate` fits the latency and intra-node bandwidth to the ``direct`` runs without
+  emulation of a benchmark results file (all ranks on one machine: every byte is an intra-node copy);
+* :func:`predict` builds the real routing plans (the same code the collective runs) for a graph on
+  ``nodes x ranks_per_node`` ranks and evaluates the model on them;
+* :func:`compare_measured` puts the model's figure beside each measured emulated run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from torchhpc.ext.core.errors import InputError
+
+from .config import ModelOptions
+from .graphs import parse_graph
+from .plan import ALGORITHMS, CostModel, Plan, build_plan, node_of_ranks, plan_cost
+
+
+def _load(path: str | Path) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: cannot read benchmark results ({exc})") from None
+    if "calibration" not in doc.get("params", {}) and "runs" not in doc.get("params", {}):
+        raise InputError(f"{path}: not a results file of benchmarks/collectives.py (no params.runs)")
+    return doc
+
+
+def calibration_samples(run: dict) -> list[dict]:
+    """``{"msgs", "bytes", "seconds"}`` per size of the ``direct`` algorithm of an un-emulated run."""
+    src, dst = parse_graph(run["graph"], run["nranks"], run["seed"])
+    out_deg = np.bincount(src, minlength=run["nranks"])
+    in_deg = np.bincount(dst, minlength=run["nranks"])
+    deg = int(np.maximum(out_deg, in_deg).max())
+    return [{"msgs": deg, "bytes": deg * r["size"], "seconds": r["median_s"]}
+            for r in run["rows"] if r["algo"] == "direct"]
+
+
+def calibrate(run: dict, base: CostModel | None = None) -> CostModel:
+    """Fit ``alpha`` and ``beta_intra`` to an un-emulated run (see :func:`calibration_samples`)."""
+    from .plan import fit_cost_model
+
+    return fit_cost_model(calibration_samples(run), base)
+
+
+def compare_measured(run: dict, model: CostModel) -> list[dict]:
+    """Model vs measurement for each (size, algorithm) of a run."""
+    src, dst = parse_graph(run["graph"], run["nranks"], run["seed"])
+    node = node_of_ranks(run["nranks"], run["ranks_per_node"])
+    out = []
+    for r in run["rows"]:
+        plan = build_plan(src, dst, np.full(len(src), r["size"]), node, r["routed_as"])
+        out.append({"size": r["size"], "algo": r["algo"], "measured_s": r["median_s"],
+                    "predicted_s": plan_cost(plan, model)})
+    return out
+
+
+def model_from_options(opts: ModelOptions) -> CostModel:
+    model = CostModel(alpha=opts.alpha_us * 1e-6, beta_intra=opts.intra_gbps * 1e9, beta_rank=opts.rank_gbps * 1e9,
+                      beta_node=opts.node_gbps * 1e9)
+    if opts.calibration:
+        doc = _load(opts.calibration)
+        cal = doc["params"].get("calibration")
+        if not cal:
+            raise InputError(f"{opts.calibration}: no calibration in params")
+        model.alpha, model.beta_intra = cal["alpha_s"], cal["beta_intra_Bps"]
+    return model
+
+
+def predict(opts: ModelOptions) -> dict:
+    """Each algorithm's predicted time per call on ``opts.nodes x opts.ranks_per_node`` ranks.
+
+    Returns:
+        ``{"nranks", "nodes", "graph", "edges", "model": {...}, "rows": [{"size", "algo", "predicted_s",
+        "speedup_vs_direct", "inter_node_bytes_max"}]}``.
+    """
+    from .config import _check_sizes
+
+    model = model_from_options(opts)
+    P = opts.nodes * opts.ranks_per_node
+    src, dst = parse_graph(opts.graph, P, opts.seed)
+    node = node_of_ranks(P, opts.ranks_per_node)
+    rows = []
+    # with one size for every edge the routes do not depend on the size: plan once, rescale the bytes
+    unit = {algo: build_plan(src, dst, np.ones(len(src), dtype=np.int64), node, algo) for algo in ("direct", "lag-h")}
+    for size in _check_sizes(opts.sizes, "--sizes"):
+        costs, inter = {}, {}
+        for algo in ALGORITHMS:
+            if algo == "law-h":  # LAW-H splits messages by size: plan it for this size
+                plan = build_plan(src, dst, np.full(len(src), size, dtype=np.int64), node, algo)
+            else:
+                plan = Plan(algo, unit[algo].route, unit[algo].nbytes * size, node)
+            costs[algo] = plan_cost(plan, model)
+            inter[algo] = int(plan.inter_node_bytes().max())
+        for algo in ALGORITHMS:
+            rows.append({"size": size, "algo": algo, "predicted_s": costs[algo],
+                         "speedup_vs_direct": costs["direct"] / costs[algo], "inter_node_bytes_max": inter[algo]})
+    return {"nranks": P, "nodes": opts.nodes, "ranks_per_node": opts.ranks_per_node, "graph": opts.graph,
+            "edges": len(src), "model": model.as_dict(), "rows": rows}
+
+
+def format_prediction(res: dict) -> str:
+    lines = [f"predicted: {res['nranks']} ranks = {res['nodes']} nodes x {res['ranks_per_node']}, graph {res['graph']} "
+             f"({res['edges']} edges); model {res['model']}",
+             f"{'size':>8} {'algo':>7} {'ms/call':>10} {'vs direct':>9} {'inter-node B/rank max':>22}"]
+    for r in res["rows"]:
+        lines.append(f"{r['size']:>8} {r['algo']:>7} {1e3 * r['predicted_s']:10.3f} {r['speedup_vs_direct']:8.2f}x "
+                     f"{r['inter_node_bytes_max']:22d}")
+    return "\n".join(lines)
+
+
+__all__ = ["calibrate", "calibration_samples", "compare_measured", "format_prediction", "model_from_options",
+           "predict"]

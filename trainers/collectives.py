@@ -1,0 +1,86 @@
+"""Neighbourhood collectives: benchmark direct / LAG-H / LAW-H on a process graph; predict them at scale.
+
+    torchhpc collectives bench --nproc 4 --graph random:0.5 --ranks-per-node 2 --sizes 4K,64K,1M \\
+        --algo direct,lag-h,law-h            # launches torchrun for you
+    torchrun --standalone --nproc-per-node 4 -m torchhpc.trainers.collectives --sizes 256K
+    torchhpc collectives model --nodes 512 --ranks-per-node 56 --graph moore:3:1
+
+`bench` prints time per call (largest median over ranks), the speed-up over direct and the bytes each
+rank injects between nodes; "nodes" are blocks of --ranks-per-node ranks, and --inter-node-mbps
+makes the path between them a slow, per-rank rate-limited one (0: off).  `model` evaluates the cost
+model on the real routing plans of nodes x ranks-per-node ranks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+
+from torchhpc.ext.collectives.config import BenchOptions, ModelOptions
+from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+
+
+def run_rank(opts: BenchOptions) -> int:
+    """One torchrun rank of `bench`; rank 0 prints and writes the results."""
+    from torchhpc.ext.collectives.bench import format_table, run_bench
+    from torchhpc.ext.core.runs import atomic_write_text
+
+    result = run_bench(opts)
+    if result is not None:
+        if opts.output:
+            atomic_write_text(opts.output, json.dumps(result) + "\n")
+        print(json.dumps(result) if opts.json else format_table(result), flush=True)
+        return 0 if all(r["identical"] for r in result["rows"]) else 1
+    return 0
+
+
+def launch(opts: BenchOptions) -> int:
+    """`torchhpc collectives bench`: the rank job on --nproc local ranks under torchrun."""
+    from torchhpc.ext.core.launch import torchrun
+
+    argv = []
+    for f in fields(BenchOptions):
+        value = getattr(opts, f.name)
+        if f.name == "nproc" or value is None:
+            continue
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv += [flag] if value else []
+        else:
+            argv += [flag, str(value)]
+    return torchrun("torchhpc.trainers.collectives", opts.nproc, argv)
+
+
+def model(opts: ModelOptions) -> int:
+    """`torchhpc collectives model`: predicted time per call of each algorithm at scale."""
+    from torchhpc.ext.collectives.model import format_prediction, predict
+
+    res = predict(opts)
+    print(json.dumps(res) if opts.json else format_prediction(res))
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("collectives", help="neighbourhood collectives (Neighbor_alltoallv): bench, scale model",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    csub = p.add_subparsers(dest="collectives_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    config_command(csub, "bench", BenchOptions, launch, config_file=True,
+                   help="time direct / LAG-H / LAW-H per message size under torchrun (--nproc ranks)")
+    config_command(csub, "model", ModelOptions, model, config_file=True,
+                   help="predict each algorithm's time per call at scale with the cost model")
+
+
+def build_parser() -> ArgumentParser:
+    return job_parser("torchhpc.trainers.collectives", BenchOptions, __doc__, config_file=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return module_main(build_parser, lambda args: run_rank(options_from_args(BenchOptions, args)), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
