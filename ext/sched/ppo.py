@@ -23,6 +23,8 @@ one's decisions in order (``b_`` prefixes).
 from __future__ import annotations
 
 import json
+import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,32 +120,117 @@ def from_checkpoint(
             raise ConfigError(f"run {run_id} was trained with {section}.{k}={was}; resume it with the same "
                               f"setting (not {now_}) or start a new run")
     agent = new_agent(**saved)
-    agent.load_state_dict(state["agent"])
+    try:
+        agent.load_state_dict(state["agent"])
+    except (RuntimeError, KeyError, TypeError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise InputError(f"checkpoint{f' of run {run_id}' if run_id else ''}: the agent weights do not fit "
+                         f"its recorded settings ({first})") from None
     return agent.to(device)
+
+
+_CKPT_NAME = re.compile(r"^(?P<name>ckpt|best)-(?P<step>\d{8})(?:\.rank(?P<shard>\d+))?\.pt$")
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr (``torchhpc: warning: ...``)."""
+    print(f"torchhpc: warning: {message}", file=sys.stderr, flush=True)
+
+
+def read_checkpoint(path: str | Path) -> tuple[int, dict[str, Any]]:
+    """``(epoch, state)`` of one sched checkpoint file.
+
+    Raises:
+        InputError: naming the file and what is wrong with it: empty, not a checkpoint at all, truncated or
+            damaged, a checkpoint of something else.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such checkpoint file")
+    with open(p, "rb") as fh:
+        head = fh.read(4)
+    if not head:
+        raise InputError(f"{p}: empty file, not a checkpoint")
+    try:
+        blob = torch.load(p, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's input, not our bug
+        if head.startswith(b"PK"):  # torch's zip format: the file was cut short or overwritten
+            raise InputError(f"{p}: checkpoint is truncated or damaged ({exc.__class__.__name__})") from None
+        raise InputError(f"{p}: not a checkpoint (torch cannot read it: {exc.__class__.__name__})") from None
+    if not isinstance(blob, dict) or "step" not in blob or not isinstance(blob.get("state"), dict):
+        raise InputError(f"{p}: not a torchhpc checkpoint (expected keys 'step' and 'state')")
+    if "agent" not in blob["state"]:
+        raise InputError(f"{p}: not a sched checkpoint (no agent weights in it)")
+    return int(blob["step"]), blob["state"]
+
+
+def checkpoint_files(folder: Path, name: str = "ckpt", shard: int | None = None) -> list[tuple[int, Path]]:
+    """``(epoch, file)`` of the checkpoints ``name`` (``ckpt`` or ``best``) of ``shard`` in ``folder``,
+    newest first."""
+    if not folder.is_dir():
+        return []
+    found = []
+    for f in folder.iterdir():
+        m = _CKPT_NAME.match(f.name)
+        if m and m["name"] == name and (int(m["shard"]) if m["shard"] is not None else None) == shard:
+            found.append((int(m["step"]), f))
+    return sorted(found, reverse=True)
+
+
+def newest_intact(
+    folder: Path, name: str = "ckpt", shard: int | None = None, *, report: bool = True,
+) -> tuple[int, dict[str, Any], Path] | None:
+    """The newest checkpoint of ``folder`` that reads (``(epoch, state, file)``), skipping damaged newer
+    ones with one warning line (``report``); ``None`` when there is none.
+
+    Raises:
+        InputError: checkpoints exist but none of them reads.
+    """
+    damaged: list[str] = []
+    for _, f in checkpoint_files(folder, name, shard):
+        try:
+            step, state = read_checkpoint(f)
+        except InputError as exc:
+            damaged.append(str(exc))
+            continue
+        if damaged and report:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            warn(f"{damaged[0]}{more}; using {f.name} (epoch {step}), the newest intact checkpoint")
+        return step, state, f
+    if damaged:
+        raise InputError(f"{damaged[0]}; no intact checkpoint in {folder}" if len(damaged) == 1 else
+                         f"no intact checkpoint in {folder}: {damaged[0]} (and {len(damaged) - 1} more)")
+    return None
 
 
 def load_checkpoint(path: str | Path, which: str = "best") -> tuple[int, dict[str, Any], Path]:
     """``(epoch, state, run folder)`` of a run folder's checkpoint (``which``: ``best`` on the held-out
     windows, the last one when the run kept none; or ``last``) or of a checkpoint file.
 
+    In a run folder a damaged newest checkpoint is reported (one warning line) and the newest intact one is used;
+    a damaged ``best`` checkpoint falls back to the newest intact last one, also with a warning.
+
     Raises:
         InputError: no such folder or file, no checkpoint in the folder, or a file that is not a checkpoint.
     """
-    from torchhpc.ext.core.runs import Run
-
     ck = Path(path)
     if ck.is_dir():
-        run = Run("sched", None, root=ck.parent.parent, run_id=ck.name, resume=True)
-        loaded = run.load_checkpoint(name="best") if which == "best" else None
-        if loaded is None:  # no held-out selection in this run: its last checkpoint
-            loaded = run.load_checkpoint()
+        folder = ck / "checkpoints"
+        loaded = None
+        if which == "best":
+            try:
+                loaded = newest_intact(folder, "best")
+            except InputError as exc:
+                warn(f"{exc}; using the newest intact last checkpoint instead")
+        if loaded is None:  # no held-out selection in this run (or it is damaged): its last checkpoint
+            loaded = newest_intact(folder)
         if loaded is None:
-            raise InputError(f"{ck}: no checkpoint in this run folder")
+            raise InputError(f"{ck}: no checkpoint in this folder (expected a sched run folder with "
+                             f"checkpoints/ckpt-*.pt, or a checkpoint file)")
         return loaded[0], loaded[1], ck
     if ck.is_file():  # runs/sched/<id>/checkpoints/<file>: plots go to the run folder
-        run = Run("sched", None, root=ck.parent.parent.parent, run_id=ck.parent.parent.name, resume=True)
-        step, state = run.load_checkpoint(ck)
-        return step, state, ck.parent.parent
+        step, state = read_checkpoint(ck)
+        return step, state, ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
     raise InputError(f"{ck}: no such run folder or checkpoint file")
 
 
@@ -498,12 +585,96 @@ def build_trace(cfg: SchedConfig):
     return load_sched_trace(t.path, t.procs, t.generate_jobs, t.generate_seed, t.strict)
 
 
+def check_trace_fits(cfg: SchedConfig, trace) -> None:
+    """The training sequences and the evaluation windows of ``cfg`` fit ``trace`` (checked before training).
+
+    Raises:
+        ConfigError: naming the option whose window does not fit, and the trace's length.
+    """
+    E, J = cfg.eval, len(trace)
+    n = J if cfg.env.job_slice <= 0 else min(cfg.env.job_slice, J)
+    has = f"the trace {trace.name} has {J} jobs"
+    if cfg.env.sequence_length > n:
+        used = f" (env.job_slice={cfg.env.job_slice} keeps {n})" if n < J else ""
+        raise ConfigError(f"env.sequence_length={cfg.env.sequence_length} does not fit: {has}{used}")
+    if not E.starts:
+        raise ConfigError("eval.starts is empty: give at least one window start")
+    for s0 in E.starts:
+        if s0 < 0 or s0 + E.length > J:
+            raise ConfigError(f"eval.starts: the window [{s0}, {s0 + E.length}) of eval.length={E.length} jobs "
+                              f"does not fit: {has}")
+    if E.validate and E.validate_length > J:
+        raise ConfigError(f"eval.validate_length={E.validate_length} does not fit: {has}")
+
+
+def resume_point(run, settings: Mapping[str, Any], n_envs: int, ctx: Any = None) -> tuple[int, dict] | None:
+    """``(epoch, state)`` to resume ``run`` from on this rank: the newest epoch whose checkpoint reads on every
+    rank (a damaged newer one is reported in one warning line), after checking that the checkpoint fits this
+    job; ``None`` when the run has no checkpoint yet. Reads only.
+
+    Raises:
+        ConfigError: the checkpoint was trained with other agent settings, environments per rank or ranks.
+        InputError: checkpoints exist but none reads on every rank.
+    """
+    world = ctx.world_size if ctx is not None and ctx.initialized else 1
+    rank = ctx.rank if ctx is not None and ctx.initialized else 0
+    shard = rank if world > 1 else None
+    intact: dict[int, tuple[dict, Path]] = {}
+    damaged: list[tuple[int, str]] = []
+    for epoch, f in checkpoint_files(run.ckpt_dir, "ckpt", shard):
+        try:
+            intact[epoch] = (read_checkpoint(f)[1], f)
+        except InputError as exc:
+            damaged.append((epoch, str(exc)))
+    other_layout = bool(checkpoint_files(run.ckpt_dir, "ckpt", None)) if world > 1 and not intact else False
+    gathered = [(sorted(intact), damaged, other_layout)]
+    if world > 1:
+        import torch.distributed as dist
+
+        gathered = [None] * world
+        dist.all_gather_object(gathered, (sorted(intact), damaged, other_layout))
+    common = set.intersection(*(set(g[0]) for g in gathered))
+    if not common:
+        if any(g[2] for g in gathered):
+            raise ConfigError(f"run {run.run_id} was trained in one process; resume it with the same number of "
+                              f"ranks (not {world}) or start a new run")
+        if any(g[0] for g in gathered):
+            raise ConfigError(f"run {run.run_id} was trained with another number of ranks; resume it with the "
+                              f"same number (not {world}) or start a new run")
+        if any(g[1] for g in gathered):
+            first = next(g[1][0][1] for g in gathered if g[1])
+            raise InputError(f"{first}; no intact checkpoint to resume run {run.run_id} from")
+        return None
+    epoch = max(common)
+    state, f = intact[epoch]
+    newer = [msg for g in gathered for e, msg in g[1] if e > epoch]
+    if newer and rank == 0:
+        more = f" (and {len(newer) - 1} more)" if len(newer) > 1 else ""
+        warn(f"{newer[0]}{more}; resuming from epoch {epoch}, the newest intact checkpoint")
+    was = state.get("world_size", world)
+    if was != world:
+        raise ConfigError(f"run {run.run_id} was trained on {was} rank(s); resume it with the same number "
+                          f"(not {world}) or start a new run")
+    from_checkpoint(state, expect=settings, run_id=run.run_id)  # other agent settings: a one-line ConfigError
+    if len(state["env_rng"]) != n_envs:
+        raise ConfigError(f"run {run.run_id} was trained with {len(state['env_rng'])} environments per rank "
+                          f"(ppo.num_envs, ppo.trajectories); resume it with the same settings (not {n_envs}) "
+                          f"or start a new run")
+    return epoch, state
+
+
 def train(cfg: SchedConfig, verbose: bool = True) -> dict:
     """Train a policy with PPO; returns the summary (also written to the run folder).
 
+    Before anything is trained the training sequences and evaluation windows are checked against the trace.
+    Resuming (``run.resume``) reads and checks the run before writing to it: the newest epoch whose checkpoint
+    reads on every rank is used (a damaged newer one is reported in one warning line), and a finished run
+    (``summary.json`` written, no epoch left) is left as it is.
+
     Raises:
-        ConfigError: trajectories that do not split into whole groups on each rank, or resuming with other
-            policy/observation settings.
+        ConfigError: trajectories that do not split into whole groups on each rank; windows that do not fit the
+            trace; resuming with other policy/observation settings, environments per rank or ranks.
+        InputError: resuming a run none of whose checkpoints reads.
     """
     from torchhpc.envs.sched import VecBatchScheduling
     from torchhpc.ext.core.distributed import distributed
@@ -513,8 +684,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         torch.set_num_threads(cfg.threads)
     with distributed(device=cfg.device, timeout_s=600) as ctx:
         rank, world, device = ctx.rank, ctx.world_size, ctx.device
-        run = open_run("sched", cfg, cfg.run, ctx)
         trace = build_trace(cfg)
+        check_trace_fits(cfg, trace)  # before the run folder exists, and long before any training
         P, E, metric = cfg.ppo, cfg.eval, cfg.env.metric
         settings = {"policy": P.policy, "queue_slots": cfg.env.queue_slots, **cfg.env.observation()}
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
@@ -522,17 +693,30 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         if G > 1 and P.trajectories % (G * world):
             raise ConfigError(f"ppo.trajectories ({P.trajectories}) must split into whole groups of "
                               f"{G} on each of the {world} ranks")
-        vec = VecBatchScheduling(n_envs, seed=cfg.seed + 1000 * rank, autoreset=False, trace=trace,
-                                 **cfg.env.env_kwargs())
-        torch.manual_seed(cfg.seed)
-        agent = new_agent(**settings).to(device)
         val_starts = (draw_validation_starts(trace, E.validate, E.validate_length, E.validate_seed, E.starts,
                                              E.length) if E.validate else [])
+        # a resumed run is read and checked before anything in its folder is written
+        run = open_run("sched", None if cfg.run.resume else cfg, cfg.run, ctx)
+        loaded = resume_point(run, settings, n_envs, ctx) if cfg.run.resume else None
         start_epoch, env_states, best = 0, None, {}  # best: {"epoch", "value"} of the best held-out score
-        loaded = run.load_checkpoint(shard=rank if world > 1 else None) if cfg.run.resume else None
         if loaded is not None:
             start_epoch, state = loaded
             agent = from_checkpoint(state, expect=settings, run_id=run.run_id, device=device)
+            summary_path = run.dir / "summary.json"
+            if start_epoch >= P.epochs and summary_path.exists():
+                if rank == 0 and verbose:
+                    print(f"run {run.run_id} is already finished (epoch {start_epoch}, ppo.epochs={P.epochs}); "
+                          f"nothing to do (raise ppo.epochs to train it further)")
+                return json.loads(summary_path.read_text())
+        if cfg.run.resume:
+            run.save_config(cfg)
+            run.truncate_metrics(start_epoch)
+        vec = VecBatchScheduling(n_envs, seed=cfg.seed + 1000 * rank, autoreset=False, trace=trace,
+                                 **cfg.env.env_kwargs())
+        torch.manual_seed(cfg.seed)
+        fresh = new_agent(**settings).to(device)
+        if loaded is None:
+            agent = fresh
         pi_opt = torch.optim.Adam(agent.actor.parameters(), lr=P.pi_lr)
         v_opt = torch.optim.Adam(agent.critic.parameters(), lr=P.vf_lr)
         if loaded is not None:
@@ -540,7 +724,6 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             v_opt.load_state_dict(state["v_opt"])
             torch.set_rng_state(state["torch_rng"])
             env_states, best = state["env_rng"], dict(state.get("best", {}))
-            run.truncate_metrics(start_epoch)
         if P.imitate and start_epoch == 0 and rank == 0:
             _imitate(cfg, agent, trace, run, device, verbose)
         if ctx.initialized:
@@ -572,7 +755,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
 
         def checkpoint_state() -> dict:
             return {"agent": agent.state_dict(), "pi_opt": pi_opt.state_dict(), "v_opt": v_opt.state_dict(),
-                    "torch_rng": torch.get_rng_state(), "env_rng": vec.rng_states(), **settings, "best": best}
+                    "torch_rng": torch.get_rng_state(), "env_rng": vec.rng_states(), **settings, "best": best,
+                    "world_size": world}
 
         vec.reset()  # the first reset seeds each env's window draws; later resets continue its stream
         if env_states is not None:
@@ -599,7 +783,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
             ep_metrics = [tr.metrics for tr in ro.trajectories]
             row = {"epoch": epoch + 1, "train_bsld": mean_over([mm["bsld"] for mm in ep_metrics]),
                    "sequences": round(global_mean(float(len(set(ro.starts))), 1, ctx) * world), **pi,
-                   "loss_v": loss_v, "decisions": ro.decisions * world,
+                   "loss_v": global_mean(loss_v, len(b), ctx), "decisions": ro.decisions * world,
                    "decisions_per_s": ro.decisions / max(t_roll, 1e-9), "rollout_s": t_roll, "epoch_s": t_epoch}
             if metric != "bsld":
                 row[f"train_{metric}"] = mean_over([mm[metric] for mm in ep_metrics])
@@ -635,7 +819,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                                    for h in E.heuristics}}
         if last_eval:
             summary["eval"] = {"rl": last_eval}
-            loaded = run.load_checkpoint(name="best") if best and rank == 0 else None
+            loaded = newest_intact(run.ckpt_dir, "best") if best and rank == 0 else None
             if loaded is not None:
                 summary["eval"]["rl_best"] = evaluate(from_checkpoint(loaded[1], device=device))
             for h in E.heuristics:
@@ -678,7 +862,8 @@ def _imitate(cfg: SchedConfig, agent: SchedulingAgent, trace, run, device, verbo
 
 __all__ = [
     "AGENT_SETTINGS", "Batch", "Rollout", "Trajectory", "agent_settings", "average_gradients", "backtrack_step",
-    "build_trace", "collect_rollout", "evaluate_policy", "from_checkpoint", "gae", "global_mean", "load_checkpoint",
+    "build_trace", "check_trace_fits", "checkpoint_files", "collect_rollout", "evaluate_policy", "from_checkpoint",
+    "gae", "global_mean", "load_checkpoint", "newest_intact", "read_checkpoint", "resume_point",
     "make_batch",
     "minibatches", "new_agent", "policy_update", "train", "value_update",
 ]

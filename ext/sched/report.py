@@ -34,10 +34,13 @@ def window_starts(opts: WindowOptions, trace: SchedTrace) -> list[int]:
         if opts.starts == "published":
             return list(PUBLISHED_STARTS)
         try:
-            return [int(x) for x in opts.starts.split(",") if x.strip()]
+            starts = [int(x) for x in opts.starts.split(",") if x.strip()]
         except ValueError:
             raise InputError(
                 f"--starts must be comma-separated job indices or 'published', got {opts.starts!r}") from None
+        if not starts:
+            raise InputError(f"--starts gives no window start ({opts.starts!r})")
+        return starts
     return draw_starts(trace, opts.sequences, opts.length, opts.seed)
 
 

@@ -25,6 +25,7 @@ jobs sorted by id) and checks that every job fits the machine.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -89,6 +90,8 @@ class Trace:
             InputError: no machine size is known, or a job asks for more processors than the
                 machine has (the message suggests ``--procs``).
         """
+        if procs is not None and procs < 1:
+            raise InputError(f"{self.name}: the machine size (procs) must be >= 1, got {procs}")
         c = self.columns
         run = c["run"].copy()
         run[run < 0] = 10.0
@@ -187,8 +190,31 @@ def read_swf(path: str | Path, *, strict: bool = True) -> Trace:
     max_nodes = max_procs = None
     rows: list[list[float]] = []
     skipped: list[tuple[int, str]] = []
-    with open(p, errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with open(p, "rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1:
+                if raw.startswith(b"\x1f\x8b"):
+                    raise InputError(f"{p}:1: the file is gzip-compressed; decompress it first (gunzip)")
+                if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not part of the line
+                    raw = raw[3:]
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if raw.lstrip().startswith(b";"):  # a comment (e.g. a Latin-1 site name) is not read anyway
+                    line = raw.decode("utf-8", errors="replace")
+                else:
+                    why = (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); an SWF trace "
+                           "is plain text")
+                    if strict:
+                        raise InputError(f"{p}:{lineno}: {why}") from None
+                    skipped.append((lineno, why))
+                    continue
+            if "\x00" in line:
+                why = "binary data (a NUL byte); an SWF trace is plain text"
+                if strict:
+                    raise InputError(f"{p}:{lineno}: {why}")
+                skipped.append((lineno, why))
+                continue
             s = line.strip()
             if not s:
                 continue
@@ -210,6 +236,8 @@ def read_swf(path: str | Path, *, strict: bool = True) -> Trace:
                 except ValueError:
                     bad = next(x for x in parts if not _is_number(x))
                     reason = f"field {parts.index(bad) + 1} is not a number: {bad!r}"
+                else:
+                    reason = _bad_value(vals, parts)
             if reason is not None:
                 if strict:
                     raise InputError(f"{p}:{lineno}: malformed SWF line ({reason}); use lenient mode to skip such lines")
@@ -222,6 +250,25 @@ def read_swf(path: str | Path, *, strict: bool = True) -> Trace:
     columns = {name: data[:, i].copy() for i, name in enumerate(FIELDS)}
     return Trace(columns=columns, max_nodes=max_nodes, max_procs=max_procs, name=p.name, skipped=skipped,
                  max_run_time=float(data[:, 3].max()))
+
+
+#: SWF field descriptions for error messages (1-based field number - 1)
+FIELD_NAMES = (
+    "job id", "submit time", "wait time", "run time", "allocated processors", "average CPU time", "used memory",
+    "requested processors", "requested time", "requested memory", "status", "user id", "group id",
+    "executable id", "queue id", "partition id", "preceding job id", "think time",
+)
+
+
+def _bad_value(vals: list[float], parts: list[str]) -> str | None:
+    """Why a parsed job line cannot be scheduled: a value that is not a finite number (``inf``, ``nan``), or a
+    negative submit time; ``None`` when it is fine."""
+    for i, v in enumerate(vals):
+        if not math.isfinite(v):
+            return f"field {i + 1} ({FIELD_NAMES[i]}) is {parts[i]!r}, not a finite number"
+    if vals[1] < 0:
+        return f"field 2 (submit time) is negative: {parts[1]}"
+    return None
 
 
 def _is_number(x: str) -> bool:
@@ -254,6 +301,8 @@ def load_sched_trace(
     """A :class:`SchedTrace` from a path, an existing one, or the Lublin generator (``None``)."""
     if isinstance(trace, SchedTrace):
         return trace
+    if procs is not None and procs < 1:
+        raise InputError(f"the machine size (procs) must be >= 1, got {procs}")
     if trace is None:
         from .lublin import LublinParams, generate_lublin
 

@@ -197,7 +197,8 @@ def test_unknown_config_key_is_one_line(cli, tmp_path):
 def test_torchrun_two_rollout_workers(tmp_path, extra):
     """torchrun with 2 workers trains the debug config (critic + GAE, or the shipped config's group advantage
     and F1 prior, with a step size that makes KL backtracking act) with synchronised gradients and one run
-    folder."""
+    folder; with GAE its first epoch equals one process's PPO update on the union of the two ranks' rollouts
+    (:func:`one_process_epoch`): the same windows, metrics, and weights up to round-off."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
@@ -213,8 +214,28 @@ def test_torchrun_two_rollout_workers(tmp_path, extra):
     w = [torch.load(run / "checkpoints" / f"ckpt-00000002.rank{r}.pt", weights_only=False)["state"]["agent"]
          for r in (0, 1)]
     assert all(torch.equal(w[0][k], w[1][k]) for k in w[0])
-    if "ppo.kl_backtrack=8" in extra:  # the ranks halved the same steps, on the KL averaged over both
+    if extra:
         assert any(r["step_kept"] < 1 for r in rows) and all(r["approx_kl"] <= 0.003 for r in rows)
+        return  # the ranks halved the same steps, on the KL averaged over both
+    # ... and they equal one process: the first epoch is one PPO update on the union of both ranks' rollouts
+    first = [torch.load(run / "checkpoints" / f"ckpt-00000001.rank{r}.pt", weights_only=False)["state"]
+             for r in (0, 1)]
+    one = one_process_epoch(run / "config.yaml", world=2)
+    assert [s["env_rng"] for s in first] == one["env_rng"]  # each rank drew the windows its seeds give
+    assert rows[0]["decisions"] == one["decisions"] and rows[0]["sequences"] == one["sequences"]
+    assert rows[0]["train_bsld"] == pytest.approx(one["train_bsld"], rel=1e-12)
+    assert rows[0]["pi_steps"] == one["pi_steps"] and rows[0]["step_kept"] == one["step_kept"]
+    assert rows[0]["approx_kl"] == pytest.approx(one["approx_kl"], abs=1e-7)  # a mean of float32 differences
+    assert rows[0]["loss_v"] == pytest.approx(one["loss_v"], rel=1e-4)
+    # The weights agree to float32 round-off (the sums run in another order), except where a gradient is zero
+    # up to round-off (the shift of the logits, dead units): there Adam's normalised step turns round-off into up
+    # to one learning rate per step. So: the difference is < 1% of how far the epoch moved the weights (another
+    # batch moves them as far again), and no entry differs by more than pi_iters Adam steps.
+    diff = sum(float((first[0]["agent"][k] - v).pow(2).sum()) for k, v in one["agent"].items()) ** 0.5
+    moved = sum(float((first[0]["agent"][k] - v).pow(2).sum()) for k, v in one["initial"].items()) ** 0.5
+    assert diff <= 1e-2 * moved, (diff, moved)
+    bound = one["pi_iters"] * one["pi_lr"] * 1.01
+    assert all(float((first[0]["agent"][k] - v).abs().max()) <= bound for k, v in one["agent"].items())
 
 
 def test_generated_flags_policy_lists_and_required_checkpoint(cli, tmp_path):
@@ -232,3 +253,70 @@ def test_generated_flags_policy_lists_and_required_checkpoint(cli, tmp_path):
     assert len(rows) == 1
     res = cli("sched", "eval", "--length", "128")
     assert res.returncode == 2 and "--checkpoint" in res.stderr
+
+
+def one_process_epoch(config: Path, world: int) -> dict:
+    """What the first epoch of a ``world``-rank sched run is, computed in this one process: rank ``r``'s
+    rollout is the one its env seeds (``seed + 1000 r``) and the common start (same weights, same torch
+    random state) give; the update is one process's PPO update on the union of the ranks' rollouts (each
+    rank's gradient is the mean over its equal share of decisions, so their average is the union's mean)."""
+    import dataclasses
+
+    import numpy as np
+    import torch
+
+    from torchhpc.envs.sched import VecBatchScheduling
+    from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.sched.config import SchedConfig
+    from torchhpc.ext.sched.ppo import (
+        build_trace,
+        collect_rollout,
+        make_batch,
+        new_agent,
+        policy_update,
+        value_update,
+    )
+
+    cfg = load_config(SchedConfig, config)
+    P = cfg.ppo
+    assert P.advantage == "gae" and not P.minibatch and not P.imitate and cfg.env.reward == "raw"
+    trace = build_trace(cfg)
+    settings = {"policy": P.policy, "queue_slots": cfg.env.queue_slots, **cfg.env.observation()}
+    n_envs = min(P.num_envs, max(1, P.trajectories // world))
+    torch.manual_seed(cfg.seed)
+    agent = new_agent(**settings)
+    initial = {k: v.clone() for k, v in agent.state_dict().items()}
+    rng = torch.get_rng_state()
+    agent.eval()
+    rollouts, env_rng = [], []
+    for r in range(world):
+        vec = VecBatchScheduling(n_envs, seed=cfg.seed + 1000 * r, autoreset=False, trace=trace,
+                                 **cfg.env.env_kwargs())
+        vec.reset()
+        torch.set_rng_state(rng)
+        rollouts.append(collect_rollout(agent, vec, P.trajectories // world, 1))
+        env_rng.append(vec.rng_states())
+    assert len({ro.decisions for ro in rollouts}) == 1  # equal shares: the mean of means is the union's mean
+    # the union: rank r's envs become envs r * n_envs ... of one rollout, its trajectories after rank r - 1's
+    T = max(len(ro.valid) for ro in rollouts)
+    union = {}
+    for name in ("queue", "mask", "actions", "logp", "values", "rewards", "dones", "valid"):
+        parts = [getattr(ro, name) for ro in rollouts]
+        parts = [np.concatenate([a, np.zeros((T - len(a), *a.shape[1:]), a.dtype)]) for a in parts]
+        union[name] = np.concatenate(parts, axis=1)
+    ro = type(rollouts[0])(**union)
+    for r, part in enumerate(rollouts):
+        ro.trajectories += [dataclasses.replace(tr, env=tr.env + r * n_envs) for tr in part.trajectories]
+        ro.starts += part.starts
+    agent.train()
+    pi_opt = torch.optim.Adam(agent.actor.parameters(), lr=P.pi_lr)
+    v_opt = torch.optim.Adam(agent.critic.parameters(), lr=P.vf_lr)
+    b = make_batch(ro, P.gamma, P.lam, 1)
+    pi = policy_update(agent, pi_opt, b, clip=P.clip, target_kl=P.target_kl, iters=P.pi_iters,
+                       kl_backtrack=P.kl_backtrack)
+    loss_v = value_update(agent, v_opt, b, iters=P.v_iters)
+    return {"agent": agent.state_dict(), "initial": initial, "env_rng": env_rng, "loss_v": loss_v, **pi,
+            "pi_iters": P.pi_iters, "pi_lr": P.pi_lr,
+            "decisions": sum(r.decisions for r in rollouts),
+            "sequences": sum(len(set(r.starts)) for r in rollouts),
+            "train_bsld": float(np.mean([tr.metrics["bsld"] for tr in ro.trajectories]))}
