@@ -119,6 +119,21 @@ class RecvWaiter:
                 return
 
 
+def _first_line(exc: BaseException) -> str:
+    """A transport error in one line (gloo's run to many lines of C++ frames)."""
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+    return text[:200]
+
+
+def _receive_error(rank: int, exc: BaseException, timeout_s: float) -> DistributedError:
+    """A failed receive as one line: the transport's timeout (the peer hung) or its error (the peer died)."""
+    line = _first_line(exc)
+    if "timeout" in line.lower() or "timed out" in line.lower():
+        return DistributedError(f"rank {rank}: no input from a neighbour for {timeout_s:.0f} s "
+                                f"(a peer rank probably died or hung)")
+    return DistributedError(f"rank {rank}: receiving from a neighbour failed (a peer rank probably died): {line}")
+
+
 def _tag(rep: int, replica: int, kind: int, mb: int, K: int, M: int) -> int:
     return ((rep * K + replica) * 2 + kind) * M + mb
 
@@ -301,8 +316,7 @@ class PipelineEngine:
                                                f"{self.timeout_s:.0f} s (a peer rank probably died or hung)")
                     cond.wait(timeout=1.0)
             if waiter.error is not None:
-                raise DistributedError(f"rank {self.rank}: receiving from a neighbour failed "
-                                       f"(a peer rank probably died): {waiter.error}") from None
+                raise _receive_error(self.rank, waiter.error, self.timeout_s) from None
             self._note_memory(-buf.numel() * buf.element_size())
             return buf
 
@@ -341,8 +355,7 @@ class PipelineEngine:
                     if chosen is None:
                         if any(w.error is not None for w in waiters):
                             bad = next(w.error for w in waiters if w.error is not None)
-                            raise DistributedError(f"rank {self.rank}: receiving from a neighbour failed "
-                                                   f"(a peer rank probably died): {bad}")
+                            raise _receive_error(self.rank, bad, self.timeout_s) from None
                         if time.perf_counter() > deadline:
                             raise DistributedError(
                                 f"rank {self.rank}: no input from a neighbour for {self.timeout_s:.0f} s "

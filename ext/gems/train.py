@@ -10,6 +10,7 @@ action times that :func:`~.simulator.calibration_from_run` fits the simulator on
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import torch
 from torch import nn
 
 from torchhpc.ext.core.config import ConfigError, dump_config
-from torchhpc.ext.core.errors import DistributedError
+from torchhpc.ext.core.errors import DistributedError, InputError, TorchHPCError
 
 from .config import GemsConfig
 from .partition import BlockProfile
@@ -143,25 +144,36 @@ def train(cfg: GemsConfig, verbose: bool = True) -> dict:
     p = cfg.pipeline
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    rank_env, world_env = _torchrun_rank()
+    try:  # every rank checks the same things before any of them waits on another
+        check_job(cfg, world_env)
+    except TorchHPCError:
+        if rank_env != 0:  # rank 0 says it, once
+            raise SystemExit(1) from None
+        raise
     with distributed(device=cfg.device, timeout_s=cfg.timeout_s) as ctx:
         rank, world = ctx.rank, ctx.world_size
-        if world != cfg.world_size:  # every rank sees the same sizes, so all fail here, before any message
-            raise DistributedError(
-                f"world size {world} does not fit the config: pipeline.stages = {p.stages} x "
-                f"pipeline.groups = {p.groups} needs {cfg.world_size} processes "
-                f"(torchrun --nproc-per-node {cfg.world_size})")
         run = open_run("gems", cfg, cfg.run, ctx)
         blocks = build_model(cfg)
         split = None
         if rank == 0:
             # a resumed run keeps the split it was checkpointed with; a new one measures its own
-            loaded = run.load_checkpoint(shard=0) if cfg.run.resume else None
-            if loaded is not None:
-                split = (None, [tuple(b) for b in loaded[1]["bounds"]])
+            try:
+                step, state0 = intact_checkpoint(run, world) if cfg.run.resume else (None, None)
+            except TorchHPCError as exc:
+                split = ("error", str(exc))
             else:
-                prof = profile(cfg, blocks) if p.balance is None else None
-                split = (prof, stage_bounds(cfg, prof, len(blocks)))
-        prof, bounds = agree(split, ctx)
+                if state0 is not None:
+                    split = (None, [tuple(b) for b in state0["bounds"]], step)
+                else:
+                    prof = profile(cfg, blocks) if p.balance is None else None
+                    split = (prof, stage_bounds(cfg, prof, len(blocks)), None)
+        split = agree(split, ctx)
+        if split[0] == "error":
+            if rank != 0:
+                raise SystemExit(1)
+            raise InputError(split[1])
+        prof, bounds, resume_step = split
         if rank == 0 and verbose:
             print(f"gems: schedule={p.schedule} stages={p.stages} groups={p.groups} micro_batches={p.micro_batches} "
                   f"eta={p.eta} global batch={cfg.global_batch}; stage blocks {bounds}", flush=True)
@@ -174,12 +186,10 @@ def train(cfg: GemsConfig, verbose: bool = True) -> dict:
                                 device=ctx.device, timeout_s=cfg.timeout_s)
         del blocks
         start = 0
-        if cfg.run.resume:
-            loaded = run.load_checkpoint(shard=rank)
-            if loaded is not None:
-                start, state = loaded
-                engine.load_state_dict(state["engine"])
-                run.truncate_metrics(start)
+        if resume_step is not None:
+            start, state = run.load_checkpoint(run.checkpoint_path(resume_step, shard=rank))
+            engine.load_state_dict(state["engine"])
+            run.truncate_metrics(start)
         step_times, losses = [], []
         spans: dict[str, list[float]] = {}
         heads, tails = [], []
@@ -228,6 +238,130 @@ def train(cfg: GemsConfig, verbose: bool = True) -> dict:
         return summary
 
 
+# ----------------------------------------------------------------------------- checks before any collective
+
+RESUME_KEYS = ("model.kind", "model.depth", "model.width", "model.norm", "model.num_classes", "data.image_size",
+               "data.channels", "pipeline.schedule", "pipeline.stages", "pipeline.groups")
+"""Options a resumed run must keep: they fix the shapes of the weights and of the checkpoint shards."""
+
+
+def _torchrun_rank() -> tuple[int, int]:
+    """``(RANK, WORLD_SIZE)`` from the torchrun environment (``(0, 1)`` outside torchrun)."""
+    from torchhpc.ext.core.distributed import launched_by_torchrun
+
+    if not launched_by_torchrun():
+        return 0, 1
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except ValueError as exc:
+        raise DistributedError(f"malformed torchrun environment: {exc}") from None
+
+
+def check_job(cfg: GemsConfig, world: int) -> None:
+    """What every rank checks alone, with the same result, before the process group exists: the world size,
+    the data (a folder that is missing, empty or has too many classes) and, on resume, that the run's saved
+    ``config.yaml`` has the same model shape.
+
+    Raises:
+        DistributedError: the world size is not ``stages x groups``.
+        InputError: the data folder, or a resume that changes the model (naming the key).
+        ConfigError: as :func:`build_data`.
+    """
+    p = cfg.pipeline
+    if world != cfg.world_size:
+        raise DistributedError(
+            f"world size {world} does not fit the config: pipeline.stages = {p.stages} x "
+            f"pipeline.groups = {p.groups} needs {cfg.world_size} processes "
+            f"(torchrun --nproc-per-node {cfg.world_size})")
+    build_data(cfg)
+    if cfg.run.resume:
+        check_resume(cfg)
+    elif cfg.run.run_id:
+        from pathlib import Path
+
+        folder = Path(cfg.run.root) / "gems" / cfg.run.run_id
+        if (folder / "config.yaml").exists():
+            raise InputError(f"run folder {folder} already holds a run (pass --run.resume to continue it)")
+
+
+def _flat(obj, prefix: str = "") -> dict:
+    import dataclasses
+
+    out = {}
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if dataclasses.is_dataclass(v):
+            out.update(_flat(v, prefix + f.name + "."))
+        else:
+            out[prefix + f.name] = v
+    return out
+
+
+def check_resume(cfg: GemsConfig) -> None:
+    """A resume must keep the run's model shape: compare with its saved ``config.yaml`` before writing anything.
+
+    Raises:
+        InputError: a key of :data:`RESUME_KEYS` differs (named, with both values), or the saved config is unreadable.
+    """
+    from pathlib import Path
+
+    from torchhpc.ext.core.config import load_config
+
+    if not cfg.run.run_id:
+        raise InputError("cannot resume without --run.run-id (the run folder runs/gems/<id> to continue)")
+    folder = Path(cfg.run.root) / "gems" / cfg.run.run_id
+    if not folder.is_dir():
+        raise InputError(f"cannot resume: run folder {folder} does not exist")
+    saved_path = folder / "config.yaml"
+    if not saved_path.is_file():
+        return
+    try:
+        saved = load_config(GemsConfig, saved_path)
+    except TorchHPCError as exc:
+        raise InputError(f"cannot resume: the run's {saved_path} is not a gems config ({exc})") from None
+    old, new = _flat(saved), _flat(cfg)
+    changed = [k for k in RESUME_KEYS if old.get(k) != new.get(k)]
+    if changed:
+        k = changed[0]
+        raise InputError(f"cannot resume with {k} = {new[k]!r}: the run's {saved_path} has {k} = {old[k]!r} "
+                         f"(a resumed run keeps its model shape; start a new run to change it)")
+
+
+def intact_checkpoint(run, world: int) -> tuple[int | None, dict | None]:
+    """The newest step whose checkpoint shards of every rank load, and rank 0's state of it; a damaged newer
+    step is reported on stderr as one warning line.  ``(None, None)`` when the run has no checkpoint.
+
+    Raises:
+        InputError: every checkpoint of the run is damaged.
+    """
+    shard_steps = [set(run._checkpoint_steps("ckpt", r)) for r in range(world)]
+    steps = sorted(set().union(*shard_steps), reverse=True)
+    damaged: list[str] = []
+    for step in steps:
+        state0, bad = None, None
+        for r in range(world):
+            path = run.checkpoint_path(step, shard=r)
+            if step not in shard_steps[r]:
+                bad = f"{path.name} is missing"
+                break
+            try:
+                _, state = run.load_checkpoint(path)
+            except TorchHPCError:
+                bad = f"{path.name} cannot be read"
+                break
+            if r == 0:
+                state0 = state
+        if bad is None:
+            if damaged:
+                print(f"torchhpc: warning: checkpoint step {steps[0]} of {run.dir} is damaged ({damaged[0]}); "
+                      f"resuming from step {step}, the newest intact one", file=sys.stderr, flush=True)
+            return step, state0
+        damaged.append(bad)
+    if damaged:
+        raise InputError(f"cannot resume {run.dir}: every checkpoint is damaged ({'; '.join(damaged)})")
+    return None, None
+
+
 def _merge_update_times(per_rank: list[dict]) -> dict:
     """Every rank's spans pooled per stage and kind, and per timed update the time outside the pipeline's
     actions: rank 0's time before its first action plus the shortest time after a rank's last action."""
@@ -260,11 +394,145 @@ def launch(cfg: GemsConfig, nproc: int | None = None) -> int:
         path = os.path.join(tmp, "config.yaml")
         with open(path, "w") as fh:
             fh.write(dump_config(job))
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={job.world_size}",
-               "-m", "torchhpc.trainers.gems", "--config", path]
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        return subprocess.call(cmd, env=env)
+        return run_torchrun(job.world_size, ["--config", path])
 
 
-__all__ = ["build_data", "build_model", "launch", "make_optimizer", "partition_report", "profile", "sample_shape",
-           "stage_bounds", "train"]
+JOB_PROG = "torchhpc.trainers.gems"
+
+
+class JobError(TorchHPCError):
+    """The job launched under torchrun failed; the message is its own one-line error."""
+
+
+def run_torchrun(nproc: int, argv: list[str], *, grace_s: float = 10.0) -> int:
+    """Run the gems job on ``nproc`` torchrun ranks and return 0, or raise its one error line.
+
+    torchrun's own output on stderr (its tracebacks, one error per rank) is captured: on success it is passed
+    through; on failure the user gets the job's error (the rank that failed first, not the peers that then
+    lost it), or which rank was killed by a signal.  torchrun runs in its own process group and its ranks in
+    their own sessions: Ctrl-C stops all of them (SIGINT, then SIGKILL after ``grace_s``).
+
+    Raises:
+        JobError: the job failed (its one line).
+    """
+    import threading
+
+    from torchhpc.ext.core.launch import torchrun_command
+
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.Popen(torchrun_command(JOB_PROG, nproc, argv), env=env, stderr=subprocess.PIPE, text=True,
+                            errors="replace", start_new_session=True)
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            if line.startswith(("torchhpc: warning:", f"{JOB_PROG}: warning:")):
+                sys.stderr.write(line)  # the job's warnings, as they come
+                sys.stderr.flush()
+            else:
+                lines.append(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait()
+    except BaseException:
+        _stop_job(proc, grace_s)
+        raise
+    finally:
+        if proc.poll() is None:
+            _stop_job(proc, grace_s)
+    reader.join(timeout=5)
+    if rc == 0:
+        sys.stderr.write("".join(lines))
+        return 0
+    line = job_error_line(lines)
+    if line is None:  # not an error the job knows: show everything
+        sys.stderr.write("".join(lines))
+        return rc
+    raise JobError(line)
+
+
+_SECONDARY = ("a peer rank", "from a neighbour", "timed out", "interrupted")
+
+
+def job_error_line(lines: list[str]) -> str | None:
+    """The one line that explains a failed torchrun job: the first rank error that is not a consequence of
+    another rank's failure, else the rank torchrun saw killed by a signal, else the first rank error."""
+    import re
+
+    prefix = f"{JOB_PROG}: error: "
+    errors = [ln.strip()[len(prefix):] for ln in lines if ln.startswith(prefix)]
+    primary = [e for e in errors if not any(mark in e for mark in _SECONDARY)]
+    if primary:
+        return primary[0]
+    text = "".join(lines)
+    root = text.split("Root Cause", 1)  # torchrun's report: the first failure it observed
+    for m in re.finditer(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-\d+)", root[-1]):
+        try:
+            name = signal.Signals(-int(m[2])).name
+        except ValueError:
+            name = f"signal {-int(m[2])}"
+        return f"rank {m[1]} was killed by {name} (the rank died); the job stopped"
+    return errors[0] if errors else None
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc; empty where there is none)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _stop_job(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT to torchrun's group and to every rank; SIGKILL to whatever is left after ``grace_s``."""
+    pids = _descendants(proc.pid)
+    for send in (lambda: os.killpg(proc.pid, signal.SIGINT), *[
+            (lambda p=p: os.kill(p, signal.SIGINT)) for p in pids]):
+        try:
+            send()
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.time() + grace_s
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.2)
+    for p in [*pids, proc.pid]:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    proc.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+__all__ = ["JobError", "build_data", "build_model", "check_job", "check_resume", "intact_checkpoint",
+           "job_error_line", "launch", "make_optimizer", "partition_report", "profile", "run_torchrun",
+           "sample_shape", "stage_bounds", "train"]

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,4 +161,9 @@ def align_files(target_path: str | Path, query_path: str | Path, cfg: AlignConfi
     resolve_backend(cfg.backend, pick_device(cfg.device), choices=BACKENDS, what="--backend")
     target = read_fasta(target_path, cfg.ambiguous)
     query = read_fasta(query_path, cfg.ambiguous)
+    for seqs in (target, query):
+        if seqs.meta.get("all_soft_masked"):
+            print(f"torchhpc: warning: {seqs.path}: every base is lowercase, i.e. soft-masked, and (as in LASTZ) no "
+                  f"seed starts in soft-masked bases, so nothing will align; uppercase the sequence to align it "
+                  f"(e.g. awk '/^>/ {{print; next}} {{print toupper($0)}}')", file=sys.stderr, flush=True)
     return align_sequences(target, query, cfg, str(target_path), str(query_path))

@@ -132,10 +132,16 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
 
     Raises:
         InputError: an empty file, text before the first header, an empty record,
-            a protein sequence or an invalid character (naming record and position).
+            a protein sequence or an invalid character (naming record and position), UTF-16 text.
+
+    A UTF-8 byte-order mark is skipped.  ``meta["all_soft_masked"]`` is true when no base is uppercase.
     """
     if ambiguous not in (None, "n", "iupac"):
         raise InputError(f"--ambiguous must be n or iupac, got {ambiguous!r}")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(f"{path}: UTF-16 encoded text; FASTA must be ASCII or UTF-8 (save it as such, e.g. "
+                         f"iconv -f UTF-16 -t ASCII)")
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark (some editors write one)
     if not data.strip():
         raise InputError(f"{path}: empty file (expected FASTA: '>name' then sequence lines)")
     if not data.lstrip().startswith(b">"):
@@ -171,7 +177,10 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
                              f"{chr(seq[p])!r} (use --ambiguous=iupac to accept B,D,H,K,M,R,S,V,W,Y)")
         names.append(name)
         seqs.append((seq, codes))
-    return _assemble(names, seqs, path, ambiguous)
+    out = _assemble(names, seqs, path, ambiguous)
+    # LASTZ starts no seed in lowercase (soft-masked) bases: a file without one uppercase base aligns to nothing
+    out.meta["all_soft_masked"] = not any(bool(((s >= 65) & (s <= 90)).any()) for s, _ in seqs)
+    return out
 
 
 def _assemble(names, seqs, path, ambiguous) -> SequenceSet:

@@ -44,6 +44,17 @@ def read_maf(text: str) -> list[Alignment]:
     return out
 
 
+def _without_bom(path: str, tmp: str, tag: str) -> str:
+    """``path``, or a copy without its UTF-8 byte-order mark in ``tmp`` (LASTZ reads the mark as a bad base)."""
+    with open(path, "rb") as fh:
+        if fh.read(3) != b"\xef\xbb\xbf":
+            return str(path)
+        copy = Path(tmp) / f"{tag}-{Path(path).name}"
+        with open(copy, "wb") as out:
+            shutil.copyfileobj(fh, out)
+    return str(copy)
+
+
 def lastz_gapped(hsps: dict[str, HSPs], target: SequenceSet, sets: dict[str, SequenceSet | None],
                  target_path: str, query_path: str, cfg) -> list[Alignment]:
     """Gapped extension of our HSPs by an installed lastz (one run per strand).
@@ -55,9 +66,10 @@ def lastz_gapped(hsps: dict[str, HSPs], target: SequenceSet, sets: dict[str, Seq
     if exe is None:
         raise InputError(f"--gapped-by lastz: the lastz executable {cfg.lastz!r} is not on PATH "
                          "(apt-get install lastz, or use --gapped-by native)")
-    tspec = f"{target_path}[multiple]" if len(target.names) > 1 else target_path
     alns: list[Alignment] = []
     with tempfile.TemporaryDirectory(prefix="segalign-") as tmp:
+        target_path, query_path = _without_bom(target_path, tmp, "t"), _without_bom(query_path, tmp, "q")
+        tspec = f"{target_path}[multiple]" if len(target.names) > 1 else target_path
         for strand, h in hsps.items():
             if len(h) == 0:
                 continue

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -60,12 +59,12 @@ def test_nproc_that_does_not_fit_is_refused(cli):
 
 @pytest.mark.distributed
 def test_world_size_that_does_not_fit_fails_fast_under_torchrun(tmp_path):
-    """Launched by torchrun with 2 processes for a 1-stage config, every rank stops with a clear error, quickly."""
-    t0 = time.time()
+    """Launched by torchrun with 2 processes for a 1-stage config, every rank stops before any collective (so
+    none waits on another) and only rank 0 says why, in one line."""
     res = _torchrun(2, ["--config", DEBUG, "--set", "pipeline.stages=1", "--set", f"run.root={tmp_path}"], timeout=120)
     assert res.returncode != 0
-    assert "world size 2 does not fit the config" in res.stderr
-    assert time.time() - t0 < 90
+    ours = [ln for ln in res.stderr.splitlines() if ln.startswith("torchhpc.trainers.gems: error:")]
+    assert len(ours) == 1 and "world size 2 does not fit the config" in ours[0], res.stderr[-3000:]
 
 
 @pytest.mark.distributed

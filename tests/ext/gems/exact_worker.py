@@ -4,14 +4,16 @@
     SPEC = name:model:schedule:P:D:M:eta:ckpt  e.g. mast_resnet:resnet:mast:2:1:2:1:0
 
 Each rank writes OUT_DIR/<name>.rank<R>.pt with the loss trajectory, the gradients of
-the first update and the final weights of every stage copy it holds.  ``die`` as the
-schedule makes rank 1 exit mid-run (the failure test).
+the first update and the final weights of every stage copy it holds.  ``hang`` as the
+schedule makes rank 1 hang mid-run (alive, never sending again) with a timeout of HANG_TIMEOUT_S:
+the failure test, where only that timeout can end the job.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import torch
 
@@ -24,6 +26,7 @@ from torchhpc.ext.gems.runtime import PipelineEngine
 SHAPE = (3, 8, 8)
 STEPS = 3
 BATCH = 4  # per replica and repetition
+HANG_TIMEOUT_S = 5
 
 
 def make_blocks(model: str):
@@ -39,22 +42,23 @@ def make_optimizer(params):
 def main() -> None:
     torch.set_num_threads(1)
     out_dir = sys.argv[1]
-    with distributed(device="cpu", timeout_s=60) as ctx:
+    timeout_s = HANG_TIMEOUT_S if any(":hang:" in spec for spec in sys.argv[2:]) else 60
+    with distributed(device="cpu", timeout_s=timeout_s) as ctx:
         for spec in sys.argv[2:]:
             name, model, schedule, P, D, M, eta, ckpt = spec.split(":")
             P, D, M, eta = int(P), int(D), int(M), int(eta)
-            die = schedule == "die"
-            schedule = "mast" if die else schedule
+            hang = schedule == "hang"
+            schedule = "mast" if hang else schedule
             blocks = make_blocks(model)
             bounds = balanced_bounds([1.0] * len(blocks), P)
             engine = PipelineEngine(blocks, bounds, schedule, SHAPE, BATCH, M, eta=eta, groups=D,
                                     rank=ctx.rank, world_size=ctx.world_size, optimizer=make_optimizer,
-                                    checkpoint_stages=range(P) if ckpt == "1" else (), timeout_s=60)
+                                    checkpoint_stages=range(P) if ckpt == "1" else (), timeout_s=timeout_s)
             data = SyntheticImages(SHAPE, 5, seed=1)
             losses, grads0 = [], {}
             for step in range(STEPS):
-                if die and step == 1 and ctx.rank == 1:
-                    os._exit(3)
+                if hang and step == 1 and ctx.rank == 1:
+                    time.sleep(3600)  # torchrun's agent sees nothing wrong: only rank 0's timeout ends the job
                 loss_sum = engine.run_schedule(data, step)
                 engine.sync_gradients()
                 if step == 0:

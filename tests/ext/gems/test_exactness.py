@@ -30,6 +30,7 @@ worker = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(worker)
 
 RTOL, ATOL = 1e-4, 1e-6
+MEMORY_RTOL = 0.07  # simulated vs tracked peak memory per rank
 
 # name: model, schedule, P, D, M, eta, activation checkpointing
 TWO_RANKS = [
@@ -120,11 +121,10 @@ def _check_simulated_memory(out_dir: Path) -> None:
         blobs = [torch.load(out_dir / f"{name}.rank{r}.pt", weights_only=False) for r in range(2)]
         sim = simulate(stage_infos(prof, blobs[0]["bounds"]), schedule, 2, checkpoint_stages=ckpt)
         for r in range(2):
+            # measured / simulated on this model: GPipe 1.062 and 1.001, MAST 1.014, MAST with activation
+            # checkpointing 1.023 on both ranks (the same in every run); the claim is "within 7 %"
             measured = blobs[r]["memory"]["peak_model_bytes"]
-            if schedule == "gpipe":  # one replica: the order of actions is fixed, so is the peak
-                assert measured == pytest.approx(sim.peak_bytes[r], rel=0.1), f"{name}: rank {r} memory"
-            else:  # two replicas interleave as their inputs arrive; the simulated order stashes the most
-                assert 0.75 * sim.peak_bytes[r] <= measured <= 1.1 * sim.peak_bytes[r], f"{name}: rank {r} memory"
+            assert measured == pytest.approx(sim.peak_bytes[r], rel=MEMORY_RTOL), f"{name}: rank {r} memory"
 
 
 @pytest.mark.distributed
@@ -137,12 +137,17 @@ def test_four_ranks_hybrid_and_deeper_pipelines_equal_single_process(tmp_path):
 
 
 @pytest.mark.distributed
-def test_a_dead_rank_fails_the_pipeline_instead_of_hanging(tmp_path):
-    """Rank 1 exits in the middle of MAST training: the job fails within the timeout, it does not hang."""
+def test_a_hanging_rank_fails_the_pipeline_within_the_timeout(tmp_path):
+    """Rank 1 hangs (alive, never sending again) in the middle of MAST training: nothing makes torchrun's agent
+    stop the job, so only the engine's timeout can; rank 0 fails after ``timeout_s`` with a line naming it."""
     t0 = time.time()
-    res = _torchrun(2, [str(WORKER), str(tmp_path), "die:resnet:die:2:1:2:1:0"], timeout=150)
+    res = _torchrun(2, [str(WORKER), str(tmp_path), "hang:resnet:hang:2:1:2:1:0"], timeout=240)
+    elapsed = time.time() - t0
     assert res.returncode != 0
-    assert time.time() - t0 < 120
+    assert f"no input from a neighbour for {worker.HANG_TIMEOUT_S} s" in res.stderr, res.stderr[-3000:]
+    # start-up of 2 ranks on a loaded machine takes seconds too; a job that waited for the old 60 s timeout or
+    # for ever (the hanging rank sleeps an hour) fails this
+    assert elapsed < worker.HANG_TIMEOUT_S + 45, f"the job took {elapsed:.0f} s: the timeout did not end it"
 
 
 def test_batchnorm_copies_keep_equal_running_statistics():

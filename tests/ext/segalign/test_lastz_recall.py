@@ -1,8 +1,11 @@
 """Recall against real LASTZ on the mitochondrial pairs of ../shared/data/genomes (the issue's criteria).
 
-* HSPs (``--nogapped``) cover >= 99% of the aligned base pairs of ``lastz --nogapped``.
-* The final MAF recovers >= 98% of the matching base pairs of LASTZ's MAF, with the
-  LASTZ hand-off and with the native gapped extension.
+* HSPs (``--nogapped``) cover >= 99% of the aligned base pairs of ``lastz --nogapped``; >= 93% of our HSPs'
+  pairs are LASTZ's too (ours are a superset: LASTZ cuts an HSP where an earlier extension stopped).
+* The final MAF recovers >= 99.8% of the matching base pairs of LASTZ's MAF (recall), and >= 99.7% of the
+  base pairs our MAF aligns are aligned by LASTZ's MAF too (precision), with the LASTZ hand-off and with the
+  native gapped extension.
+* The MAF of MT-human vs MT-orang is byte-identical to LASTZ's, by either gapped path (the README's claim).
 * On a simulated pair with inversions the minus-strand HSPs equal LASTZ's.
 """
 
@@ -30,6 +33,9 @@ PAIRS = [
     ("humanMito.fa", "fuguMito.fa"),
 ]
 
+HSP_RECALL, HSP_PRECISION = 0.99, 0.93
+MAF_RECALL, MAF_PRECISION = 0.998, 0.997
+
 needs_lastz = pytest.mark.skipif(not lastz_available(), reason="lastz is not on PATH (apt-get install lastz; "
                                                              "make setup installs it where apt-get works)")
 
@@ -44,27 +50,52 @@ def genomes(shared_data):
 
 @needs_lastz
 @pytest.mark.parametrize("target,query", PAIRS)
-def test_hsp_recall_vs_lastz_nogapped(genomes, target, query):
-    """--nogapped HSPs cover >= 99% of lastz --nogapped's aligned pairs (same seed, xdrop, hspthresh)."""
+def test_hsp_recall_and_precision_vs_lastz_nogapped(genomes, target, query):
+    """--nogapped HSPs cover >= 99% of lastz --nogapped's aligned pairs (same seed, xdrop, hspthresh), and
+    >= 93% of the pairs they cover are LASTZ's (measured: recall 100% on every pair; precision 99.9% on
+    MT-human vs MT-orang, 97.3% mouse, 98.3% chicken, 93.6% fugu)."""
     t, q = genomes / target, genomes / query
     ours = align_files(t, q, AlignConfig(gapped=False))
     ref = pairs_from_general(run_lastz(lastz_command(t, q, nogapped=True, fmt="general")))
-    frac, found, total = recall(pairs_from_alignments(ours.alignments), ref)
+    mine = pairs_from_alignments(ours.alignments)
+    frac, found, total = recall(mine, ref)
     assert total > 5000
-    assert frac >= 0.99, f"{target} vs {query}: {found}/{total}"
+    assert frac >= HSP_RECALL, f"{target} vs {query}: {found}/{total}"
+    prec, same, ours_total = recall(ref, mine)
+    assert prec >= HSP_PRECISION, f"{target} vs {query}: {same}/{ours_total} of our HSP pairs are LASTZ's"
 
 
 @needs_lastz
 @pytest.mark.parametrize("gapped_by", ["lastz", "native"])
 @pytest.mark.parametrize("target,query", PAIRS)
-def test_maf_recall_vs_lastz(genomes, target, query, gapped_by):
-    """The MAF recovers >= 98% of the matching base pairs of LASTZ's MAF, by either gapped path."""
+def test_maf_recall_and_precision_vs_lastz(genomes, target, query, gapped_by):
+    """The MAF recovers >= 99.8% of the matching base pairs of LASTZ's MAF, and >= 99.7% of the base pairs it
+    aligns are aligned by LASTZ too, by either gapped path (measured, lowest of the four pairs: recall 99.82%
+    and precision 99.78%, humanMito vs fuguMito with the native gapped extension)."""
     t, q = genomes / target, genomes / query
     ours = align_files(t, q, AlignConfig(gapped_by=gapped_by))
-    ref = pairs_from_maf(run_lastz(lastz_command(t, q, nogapped=False, fmt="maf-")))
+    maf = run_lastz(lastz_command(t, q, nogapped=False, fmt="maf-"))
+    ref = pairs_from_maf(maf)
     frac, found, total = recall(pairs_from_alignments(ours.alignments, matching=True), ref)
     assert total > 5000
-    assert frac >= 0.98, f"{target} vs {query} ({gapped_by}): {found}/{total}"
+    assert frac >= MAF_RECALL, f"{target} vs {query} ({gapped_by}): {found}/{total}"
+    prec, same, ours_total = recall(pairs_from_maf(maf, matching=False), pairs_from_alignments(ours.alignments))
+    assert prec >= MAF_PRECISION, f"{target} vs {query} ({gapped_by}): {same}/{ours_total} of our pairs are LASTZ's"
+
+
+@needs_lastz
+@pytest.mark.parametrize("gapped_by", ["native", "lastz"])
+def test_mt_human_orang_maf_is_byte_identical_to_lastz(genomes, tmp_path, capsys, gapped_by):
+    """`torchhpc align MT-human.fa MT-orang.fa --output X.maf` writes exactly the bytes of
+    `lastz MT-human.fa MT-orang.fa --ydrop=9430 --format=maf-` (the README's claim)."""
+    from torchhpc.trainers.cli import main
+
+    t, q = genomes / "MT-human.fa", genomes / "MT-orang.fa"
+    out = tmp_path / "ours.maf"
+    assert main(["align", str(t), str(q), "--gapped-by", gapped_by, "--output", str(out)]) == 0
+    capsys.readouterr()
+    ref = run_lastz(["lastz", str(t), str(q), "--ydrop=9430", "--format=maf-"])
+    assert out.read_bytes() == ref.encode()
 
 
 @needs_lastz
