@@ -46,15 +46,49 @@ def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: floa
             _stop_group(proc, grace_s)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (ranks may start their own sessions, outside the launcher's group)."""
+    out, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            with open(f"/proc/{parent}/task/{parent}/children") as fh:
+                kids = [int(k) for k in fh.read().split()]
+        except OSError:
+            kids = []
+        out += kids
+        todo += kids
+    return out
+
+
 def _stop_group(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGINT to the launcher's group, then SIGKILL to it and to every process below it."""
+    kids = {pid: _cmdline(pid) for pid in _descendants(proc.pid)}
     try:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         proc.wait()
     except ProcessLookupError:
         pass
+    for pid, cmd in kids.items():
+        if cmd and _cmdline(pid) == cmd:  # still the rank we saw, not a reused pid
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
 
 
 __all__ = ["torchrun", "torchrun_command"]

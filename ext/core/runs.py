@@ -340,6 +340,18 @@ def open_run(system: str, config: Any, options: RunOptions, ctx: Any = None) -> 
     """
     rank = getattr(ctx, "rank", 0) if ctx is not None else 0
     run_id = agree(options.run_id or (new_run_id() if rank == 0 else None), ctx)
+    # rank 0 decides whether the folder can be used; every rank gets the same answer (no rank waits
+    # in a collective for a peer that has already failed)
+    problem = None
+    if rank == 0:
+        folder = Path(options.root) / system / run_id
+        if options.resume and not folder.is_dir():
+            problem = f"cannot resume: run folder {folder} does not exist"
+        elif not options.resume and (folder / "config.yaml").exists():
+            problem = f"run folder {folder} already holds a run (pass --resume to continue it)"
+    problem = agree(problem, ctx)
+    if problem:
+        raise InputError(problem)
     return Run(system, config, root=options.root, run_id=run_id, resume=options.resume, rank=rank,
                progress=options.progress)
 

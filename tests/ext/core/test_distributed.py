@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,3 +102,46 @@ def test_a_hanging_rank_fails_the_others_within_the_timeout(tmp_path):
     ours = [line for line in res.stderr.splitlines() if line.startswith("hang: error:")]
     assert len(ours) == 1 and "timed out" in ours[0], res.stderr[-3000:]
     assert "Traceback" not in res.stderr.split("hang: error:")[0].split("\n")[-1]
+
+
+@pytest.mark.distributed
+def test_interrupting_the_launcher_leaves_no_rank_behind(tmp_path):
+    """Ctrl-C on a command that launched torchrun stops every rank, even ranks that ignore SIGINT."""
+    module = f"stubborn_{os.getpid()}"
+    (tmp_path / f"{module}.py").write_text(
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "time.sleep(600)\n"
+    )
+    driver = tmp_path / "driver.py"
+    driver.write_text(
+        "import sys\n"
+        "from torchhpc.ext.core.launch import torchrun\n"
+        "try:\n"
+        f"    torchrun({module!r}, 2, grace_s=3)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, str(driver)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def ranks():
+        out = subprocess.run(["pgrep", "-f", f"python -u -m {module}"], capture_output=True, text=True)
+        return [int(p) for p in out.stdout.split()]
+
+    try:
+        deadline = time.time() + 90
+        while len(ranks()) < 2 and time.time() < deadline:
+            time.sleep(0.5)
+        assert len(ranks()) == 2, "the ranks did not start"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+        deadline = time.time() + 20
+        while ranks() and time.time() < deadline:
+            time.sleep(0.5)
+        assert not ranks(), "a rank outlived the interrupted launcher"
+    finally:
+        proc.kill()
+        for pid in ranks():
+            os.kill(pid, signal.SIGKILL)
