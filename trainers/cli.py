@@ -24,12 +24,12 @@ COMMANDS: list[tuple[str, str]] = [
     ("align", "torchhpc.trainers.segalign"),
     ("gems", "torchhpc.trainers.gems"),
     ("fperror", "torchhpc.trainers.fperror"),
+    ("symnmf", "torchhpc.trainers.symnmf"),
     ("pliner", "torchhpc.trainers.pliner"),
+    ("foresight", "torchhpc.trainers.foresight"),
     ("collectives", "torchhpc.trainers.collectives"),
 ]
 
-#: Systems of the suite that have no command yet (see the README's roadmap).
-PLANNED = ["symnmf", "foresight"]
 
 
 def _version() -> str:
@@ -46,8 +46,7 @@ def build_parser() -> ArgumentParser:
         prog="torchhpc",
         description="torchhpc: SC20 HPC research systems as PyTorch modules, Triton kernels, "
         "Gymnasium envs and torchrun trainers.",
-        epilog="Not yet available: " + ", ".join(PLANNED) + ". "
-        "Every command takes --help; --debug shows tracebacks.",
+        epilog="Every command takes --help; --debug shows tracebacks.",
     )
     parser.add_argument("--version", action="version", version=f"torchhpc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=ArgumentParser)

@@ -22,12 +22,14 @@ from torchhpc.ext.ccsdt.config import CCSDTTour
 from torchhpc.ext.collectives.config import CollectivesTour
 from torchhpc.ext.core.cli import config_command, job_main
 from torchhpc.ext.core.config import ConfigError, RunOptions, option
+from torchhpc.ext.foresight.config import ForesightTour
 from torchhpc.ext.fperror.config import FperrorTour
 from torchhpc.ext.gems.config import GemsTour
 from torchhpc.ext.kraken.config import KrakenTour
 from torchhpc.ext.pliner.config import PlinerTour
 from torchhpc.ext.sched.config import SchedTour
 from torchhpc.ext.segalign.config import SegalignTour
+from torchhpc.ext.symnmf.config import SymnmfTour
 
 #: the tour's steps in order: step name -> the module whose ``demo(tour, run, device, seed)`` runs it
 TOUR: dict[str, str] = {
@@ -37,7 +39,9 @@ TOUR: dict[str, str] = {
     "segalign": "torchhpc.ext.segalign.demo",
     "ccsdt": "torchhpc.ext.ccsdt.demo",
     "fperror": "torchhpc.ext.fperror.demo",
+    "symnmf": "torchhpc.ext.symnmf.demo",
     "pliner": "torchhpc.ext.pliner.demo",
+    "foresight": "torchhpc.ext.foresight.demo",
     "collectives": "torchhpc.ext.collectives.demo",
 }
 
@@ -55,7 +59,9 @@ class DemoConfig:
     segalign: SegalignTour = option(default_factory=SegalignTour, help="segalign step")
     ccsdt: CCSDTTour = option(default_factory=CCSDTTour, help="ccsdt step")
     fperror: FperrorTour = option(default_factory=FperrorTour, help="fperror step")
+    symnmf: SymnmfTour = option(default_factory=SymnmfTour, help="symnmf step")
     pliner: PlinerTour = option(default_factory=PlinerTour, help="pliner step")
+    foresight: ForesightTour = option(default_factory=ForesightTour, help="foresight step")
     collectives: CollectivesTour = option(default_factory=CollectivesTour, help="collectives step")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 

@@ -1,0 +1,363 @@
+"""The fast path of our error-bounded compressor: prediction/quantisation (Triton on CUDA, torch
+elsewhere), integer reconstruction, and the entropy stage (zigzag bytes + zstd).
+
+Pipeline of ``lorenzo_encode`` (SZ's three stages, dual-quantised so the first two are one parallel pass):
+
+1. quantise ``q = round(x / 2e)`` and take the 3D Lorenzo residual ``d`` (``triton_kernels.foresight``);
+2. check the reconstruction ``x' = 2 e q`` (cast back to the input dtype) element by element; any value
+   with ``|x - x'| > e`` (float rounding at huge ``|x| / e``, NaN, inf) is kept exactly as an outlier,
+   so the bound holds on every element by construction;
+3. zigzag the residuals to unsigned, split them into byte planes and compress each plane with zstd
+   (the kept entropy coder).
+
+``lorenzo_decode`` undoes 3 and recovers ``q`` with three integer prefix sums (Lorenzo) or level by
+level (interpolation).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+
+import numpy as np
+import torch
+
+from torchhpc.ext.core.dispatch import resolve_backend
+from torchhpc.ext.core.errors import InputError
+
+
+def as_volume(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """The ``(N0, N1, N2)`` view of a 1-3D shape (leading axes merged for >3D, 1s prepended for <3D)."""
+    if len(shape) == 0:
+        return (1, 1, 1)
+    if len(shape) > 3:
+        lead = int(np.prod(shape[:-2]))
+        return (lead, int(shape[-2]), int(shape[-1]))
+    return tuple([1] * (3 - len(shape)) + [int(s) for s in shape])  # type: ignore[return-value]
+
+
+def lorenzo_quantize(x: torch.Tensor, eb: float, backend: str = "auto", residual: bool = True
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(q, d)``: codes ``round(x / 2e)`` and their 3D Lorenzo residuals, for any 1-3D float ``x``.
+
+    Args:
+        x: float32/float64 tensor of 1 to 3 dimensions (more are merged into 3).
+        eb: absolute error bound ``e > 0``.
+        backend: ``auto`` (Triton on CUDA, torch elsewhere), ``torch`` or ``triton``.
+        residual: also the Lorenzo residual (the Triton kernel always computes it; the torch path
+            skips it when False and returns ``d = None``).
+
+    Returns:
+        int64 ``q`` and ``d`` of shape :func:`as_volume` ``(x.shape)``.
+
+    Raises:
+        InputError: a backend that cannot run on ``x.device``.
+    """
+    vol = x.reshape(as_volume(tuple(x.shape)))
+    name = resolve_backend(backend, x.device, choices=("torch", "triton"))
+    if name == "triton":
+        from torchhpc.triton_kernels.foresight import lorenzo_quantize_triton
+
+        return lorenzo_quantize_triton(vol, eb)
+    from torchhpc.triton_kernels.foresight import lorenzo_quantize_torch, quantize_torch
+
+    if not residual:
+        if vol.dim() != 3 or not vol.is_floating_point() or not eb > 0:
+            return lorenzo_quantize_torch(vol, eb)  # (raises the same errors)
+        return quantize_torch(vol, eb), None
+    return lorenzo_quantize_torch(vol, eb)
+
+
+def lorenzo_reconstruct(d: torch.Tensor) -> torch.Tensor:
+    """Invert the Lorenzo residual: ``q`` from ``d`` by integer prefix sums along the three axes."""
+    q = d
+    for axis in range(3):
+        q = torch.cumsum(q, dim=axis)
+    return q
+
+
+# ----------------------------------------------------------------------------- byte framing
+
+
+def pack_sections(sections: list[bytes]) -> bytes:
+    """Concatenate byte blobs, each prefixed with its length (uint64 little-endian)."""
+    out = io.BytesIO()
+    out.write(struct.pack("<Q", len(sections)))
+    for s in sections:
+        out.write(struct.pack("<Q", len(s)))
+        out.write(s)
+    return out.getvalue()
+
+
+def unpack_sections(blob: bytes) -> list[bytes]:
+    """Inverse of :func:`pack_sections`; raises InputError on a truncated blob."""
+    try:
+        (n,) = struct.unpack_from("<Q", blob, 0)
+        pos, out = 8, []
+        for _ in range(n):
+            (size,) = struct.unpack_from("<Q", blob, pos)
+            pos += 8
+            if pos + size > len(blob):
+                raise struct.error("section runs past the end")
+            out.append(bytes(blob[pos:pos + size]))
+            pos += size
+    except struct.error as exc:
+        raise InputError(f"corrupt compressed payload ({exc})") from None
+    return out
+
+
+_ZSTD: dict[object, object] = {}
+
+
+def _zstd(key: object, make):
+    """One zstd (de)compressor per level and thread: high levels cost a context allocation per object."""
+    import threading
+
+    k = (key, threading.get_ident())
+    if k not in _ZSTD:
+        _ZSTD[k] = make()
+    return _ZSTD[k]
+
+
+def zstd_compress(data: bytes, level: int = 3) -> bytes:
+    import zstandard
+
+    return _zstd(level, lambda: zstandard.ZstdCompressor(level=level)).compress(data)
+
+
+def zstd_decompress(data: bytes) -> bytes:
+    import zstandard
+
+    try:
+        return _zstd("d", zstandard.ZstdDecompressor).decompress(data)
+    except zstandard.ZstdError as exc:
+        raise InputError(f"corrupt zstd stream ({exc})") from None
+
+
+# ----------------------------------------------------------------------------- entropy stage
+
+
+def encode_residuals(d: torch.Tensor, level: int = 3) -> list[bytes]:
+    """Zigzag ``d`` (int64) to unsigned, split it into as many little-endian byte planes as its largest
+    value needs, and zstd each plane: ``[planes header, plane 0, plane 1, ...]``.
+
+    Residuals of a good predictor are small: plane 0 carries nearly everything and the higher planes
+    are runs of zeros that zstd reduces to almost nothing (one stray large residual costs a few bytes,
+    not a wider code for every value).
+    """
+    dn = np.ascontiguousarray(d.reshape(-1).cpu().numpy())
+    u = ((dn << 1) ^ (dn >> 63)).view(np.uint64)  # zigzag: 0, -1, 1, -2, ... -> 0, 1, 2, 3, ...
+    top = int(u.max()) if u.size else 0
+    nplanes = max(1, (top.bit_length() + 7) // 8)
+    # plane i = byte i of each value (a truncating cast: contiguous and vectorised)
+    return [struct.pack("<B", nplanes)] + [zstd_compress((u >> np.uint64(8 * i)).astype(np.uint8).tobytes(), level)
+                                            for i in range(nplanes)]
+
+
+def decode_residuals(sections: list[bytes], n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Inverse of :func:`encode_residuals`: ``n`` int64 residuals."""
+    if not sections or len(sections[0]) != 1 or sections[0][0] != len(sections) - 1 or len(sections) > 9:
+        raise InputError("corrupt payload: bad residual planes header")
+    planes = [np.frombuffer(zstd_decompress(blob), dtype=np.uint8) for blob in sections[1:]]
+    if any(p.size != n for p in planes):
+        raise InputError(f"corrupt payload: residual planes of {[p.size for p in planes]} codes for {n} values")
+    if len(planes) < 8:  # the common case: the zigzag codes fit int64, so no unsigned arithmetic
+        u = planes[0].astype(np.int64)
+        for i, p in enumerate(planes[1:], 1):
+            u |= p.astype(np.int64) << (8 * i)
+        d = (u >> 1) ^ -(u & 1)  # un-zigzag
+    else:
+        uu = np.zeros(n, dtype=np.uint64)
+        for i, p in enumerate(planes):
+            uu |= p.astype(np.uint64) << np.uint64(8 * i)
+        d = (uu >> np.uint64(1)).view(np.int64) ^ -(uu & np.uint64(1)).view(np.int64)
+    return torch.from_numpy(d).to(device)
+
+
+# ----------------------------------------------------------------------------- the compressor core
+
+PREDICTORS = ("auto", "lorenzo", "interp", "cubic")
+
+
+def choose_predictor(q: torch.Tensor, sample: int = 64) -> str:
+    """SZ3's rule, on a sample: the predictor (lorenzo or interp) whose residuals on a central block of
+    at most ``sample^3`` codes have the smaller mean ``log2(1 + |r|)`` (a cheap entropy proxy)."""
+    sl = tuple(slice(max(0, (n - sample) // 2), max(0, (n - sample) // 2) + min(n, sample)) for n in q.shape)
+    block = q[sl].contiguous()
+    d = block
+    for axis in range(3):
+        d = torch.diff(d, dim=axis, prepend=torch.zeros_like(d.narrow(axis, 0, 1)))
+    cost = {name: float(torch.log2(1.0 + r.abs().to(torch.float32)).mean())
+            for name, r in (("lorenzo", d), ("interp", interp_residuals(block, cubic=False)))}
+    return min(cost, key=cost.get)
+
+
+def _residuals(q: torch.Tensor, d: torch.Tensor | None, predictor: str) -> tuple[str, torch.Tensor]:
+    """The residuals of ``predictor`` (``auto``: :func:`choose_predictor`)."""
+    if predictor == "auto":
+        predictor = choose_predictor(q)
+    if predictor == "lorenzo":
+        if d is None:
+            d = q
+            for axis in range(3):
+                d = torch.diff(d, dim=axis, prepend=torch.zeros_like(d.narrow(axis, 0, 1)))
+        return "lorenzo", d.reshape(-1)
+    return predictor, interp_residuals(q, cubic=predictor == "cubic")
+
+
+def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: int = 9,
+                   predictor: str = "auto") -> tuple[str, list[bytes]]:
+    """Compress ``x`` with absolute bound ``eb`` (every element: ``|x - x'| <= eb``).
+
+    Args:
+        x: float32/float64 tensor, 1-3D (more dimensions are merged).
+        eb: absolute error bound.
+        backend: the quantisation kernel's backend (``auto``: Triton on CUDA).
+        level: zstd level of the entropy stage.
+        predictor: ``lorenzo`` (3D Lorenzo), ``interp`` (multilevel linear interpolation), ``cubic``
+            (multilevel cubic) or ``auto`` (the better of lorenzo and interp for this input).
+
+    Returns:
+        ``(predictor used, sections)``: ``[outlier index, outlier values, residual planes...]``.
+    """
+    if predictor not in PREDICTORS:
+        raise InputError(f"predictor must be one of {', '.join(PREDICTORS)}; got {predictor!r}")
+    q, d = lorenzo_quantize(x, eb, backend, residual=predictor == "lorenzo")
+    used, r = _residuals(q, d, predictor)
+    del d
+    flat = x.reshape(-1)
+    # 2. the reconstruction as the decoder will compute it; anything off the bound is an outlier
+    recon = q.reshape(-1).to(torch.float64).mul_(2.0 * eb).to(x.dtype).to(torch.float64)
+    bad = ~(recon.sub_(flat).abs_() <= eb)  # NaN-safe: a NaN error is an outlier
+    del recon
+    idx = torch.nonzero(bad).reshape(-1).cpu().numpy().astype("<i8")
+    vals = flat[bad].cpu().numpy()
+    small = min(level, 3)  # outliers are few: a fast level is as good there
+    return used, [zstd_compress(np.diff(idx, prepend=0).tobytes(), small), zstd_compress(vals.tobytes(), small),
+                  *encode_residuals(r, level)]
+
+
+def lorenzo_decode(sections: list[bytes], shape: tuple[int, ...], dtype: torch.dtype, eb: float,
+                   predictor: str = "lorenzo", device: torch.device | str = "cpu") -> torch.Tensor:
+    """Inverse of :func:`lorenzo_encode`: the ``shape``/``dtype`` tensor within ``eb`` of the input."""
+    if len(sections) < 4:
+        raise InputError(f"corrupt payload: expected at least 4 sections, got {len(sections)}")
+    vol = as_volume(tuple(shape))
+    n = int(np.prod(vol))
+    r = decode_residuals(sections[2:], n, device)
+    if predictor == "lorenzo":
+        q = lorenzo_reconstruct(r.reshape(vol))
+    elif predictor in ("interp", "cubic"):
+        q = interp_reconstruct(r, vol, cubic=predictor == "cubic")
+    else:
+        raise InputError(f"corrupt payload: unknown predictor {predictor!r}")
+    out = (q.reshape(-1).to(torch.float64) * (2.0 * eb)).to(dtype)
+    idx = np.cumsum(np.frombuffer(zstd_decompress(sections[0]), dtype="<i8"))
+    npd = np.dtype(str(dtype).replace("torch.", ""))
+    vals = np.frombuffer(zstd_decompress(sections[1]), dtype=npd)
+    if idx.size != vals.size:
+        raise InputError("corrupt payload: outlier index and values differ in length")
+    if idx.size:
+        out[torch.from_numpy(idx).to(out.device)] = torch.from_numpy(vals.copy()).to(out.device)
+    return out.reshape(shape)
+
+
+
+# ----------------------------------------------------------------------------- interpolation predictor
+
+
+def _interp_axis_residual(a: torch.Tensor, axis: int, cubic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predict the odd entries of ``a`` along ``axis`` from its even entries (exact integer arithmetic).
+
+    Returns:
+        ``(pred, target)`` for the odd entries: linear ``(l + r + 1) >> 1`` or cubic
+        ``(-l3 + 9 l + 9 r - r3 + 8) >> 4`` (SZ3's interpolation weights), falling back to linear
+        where the cubic stencil leaves the grid and to the left neighbour at the last odd entry
+        without a right neighbour.
+    """
+    odd = a[(slice(None),) * axis + (slice(1, None, 2),)]
+    m = odd.shape[axis]
+    even = a[(slice(None),) * axis + (slice(0, None, 2),)]
+    left = even.narrow(axis, 0, m)
+    n_even = even.shape[axis]
+    if n_even > m:  # every odd entry has a right neighbour
+        right = even.narrow(axis, 1, m)
+    else:  # the last odd entry has none: repeat its left neighbour
+        right = torch.cat([even.narrow(axis, 1, m - 1), even.narrow(axis, m - 1, 1)], dim=axis) if m > 1 else left
+    pred = (left + right + 1) >> 1
+    if cubic and m >= 3:
+        # odd entry t (index 2t+1) uses even t-1, t, t+1, t+2; valid for 1 <= t and t+2 < n_even
+        lo, hi = 1, min(m, n_even - 2)
+        if hi > lo:
+            cnt = hi - lo
+            l3 = even.narrow(axis, lo - 1, cnt)
+            l1 = even.narrow(axis, lo, cnt)
+            r1 = even.narrow(axis, lo + 1, cnt)
+            r3 = even.narrow(axis, lo + 2, cnt)
+            mid = (-l3 + 9 * l1 + 9 * r1 - r3 + 8) >> 4
+            pred = torch.cat([pred.narrow(axis, 0, lo), mid, pred.narrow(axis, hi, m - hi)], dim=axis)
+    return pred, odd
+
+
+def _interp_plan(shape: tuple[int, int, int]) -> tuple[int, list[tuple[int, int]]]:
+    """The coarsest stride and the (stride, axis) steps from coarse to fine."""
+    top = 1
+    while top * 2 < max(shape):
+        top *= 2
+    steps = []
+    s = top
+    while s >= 1:
+        for axis in range(3):
+            if shape[axis] > s:
+                steps.append((s, axis))
+        s //= 2
+    return top * 2, steps
+
+
+def _step_view(q: torch.Tensor, s: int, axis: int) -> torch.Tensor:
+    """The sub-grid refined by step (s, axis): stride s on axes before ``axis``, 2s after, s along it."""
+    sl = []
+    for ax in range(3):
+        if ax < axis:
+            sl.append(slice(0, None, s))
+        elif ax == axis:
+            sl.append(slice(0, None, s))
+        else:
+            sl.append(slice(0, None, 2 * s))
+    return q[tuple(sl)]
+
+
+def interp_residuals(q: torch.Tensor, cubic: bool = True) -> torch.Tensor:
+    """Residuals of multilevel interpolation prediction of the int64 volume ``q`` (SZ3's predictor on
+    pre-quantised codes): the coarsest grid as is, then each (stride, axis) step's odd entries minus
+    their prediction, concatenated flat.  Same length as ``q``."""
+    coarse, steps = _interp_plan(tuple(q.shape))
+    parts = [q[::coarse, ::coarse, ::coarse].reshape(-1)]
+    for s, axis in steps:
+        view = _step_view(q, s, axis)
+        pred, target = _interp_axis_residual(view, axis, cubic)
+        parts.append((target - pred).reshape(-1))
+    return torch.cat(parts)
+
+
+def interp_reconstruct(r: torch.Tensor, shape: tuple[int, int, int], cubic: bool = True) -> torch.Tensor:
+    """Inverse of :func:`interp_residuals`: the int64 volume ``q`` from its residuals."""
+    q = torch.zeros(shape, dtype=torch.int64, device=r.device)
+    coarse, steps = _interp_plan(shape)
+    head = q[::coarse, ::coarse, ::coarse]
+    pos = head.numel()
+    q[::coarse, ::coarse, ::coarse] = r[:pos].reshape(head.shape)
+    for s, axis in steps:
+        view = _step_view(q, s, axis)
+        pred, target = _interp_axis_residual(view, axis, cubic)
+        n = target.numel()
+        target.copy_(pred + r[pos:pos + n].reshape(target.shape))
+        pos += n
+    if pos != r.numel():
+        raise InputError(f"corrupt payload: {r.numel()} residuals for {pos} values")
+    return q
+
+
+__all__ = ["PREDICTORS", "as_volume", "choose_predictor", "decode_residuals", "encode_residuals", "interp_reconstruct",
+           "interp_residuals", "lorenzo_decode", "lorenzo_encode", "lorenzo_quantize", "lorenzo_reconstruct",
+           "pack_sections", "unpack_sections", "zstd_compress", "zstd_decompress"]

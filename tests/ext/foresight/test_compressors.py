@@ -1,0 +1,130 @@
+"""Every error-bounded mode of every compressor honours its bound on every element; the interface's errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.foresight.compressors import (
+    COMPRESSORS,
+    Compressed,
+    compress,
+    decompress,
+    get_compressor,
+    round_mantissa,
+)
+
+BOUNDED = ["ours", "sz3", "zfp", "fpzip", "bitgroom"]
+
+
+def awkward_field(dtype=torch.float32) -> torch.Tensor:
+    """Smooth structure plus noise, zeros, negatives and six decades of magnitude, on an odd grid."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(13, 11, 17, generator=g, dtype=torch.float64).cumsum(0).cumsum(2)
+    x = x * torch.logspace(-3, 3, 17, dtype=torch.float64)  # magnitudes from 1e-3 to 1e3 along the last axis
+    x[2, 3, :] = 0.0
+    x[5, :, 4] = -x[5, :, 4].abs()
+    return x.to(dtype)
+
+
+def tolerance(x: torch.Tensor, mode: str, bound: float):
+    xd = x.to(torch.float64)
+    if mode == "abs":
+        return bound
+    if mode == "rel":
+        return bound * float(xd.max() - xd.min())
+    return bound * xd.abs()
+
+
+@pytest.mark.parametrize("name", BOUNDED)
+@pytest.mark.parametrize("mode,bound", [("abs", 0.05), ("abs", 1e-4), ("rel", 1e-3), ("pw_rel", 1e-2),
+                                        ("pw_rel", 1e-4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_bound_holds_on_every_element(name, mode, bound, dtype):
+    """|x - x'| <= bound for abs, bound * range for rel, bound * |x| for pw_rel, on every element,
+    after a round trip through the file format."""
+    x = awkward_field(dtype)
+    c = compress(x, name, mode=mode, bound=bound)
+    y = decompress(Compressed.from_bytes(c.to_bytes()))
+    assert y.shape == x.shape and y.dtype == x.dtype
+    err = (y.to(torch.float64) - x.to(torch.float64)).abs()
+    assert bool((err <= tolerance(x, mode, bound)).all()), float(err.max())
+    assert c.stats["nbytes_out"] == len(c.payload)
+    if mode == "pw_rel":
+        assert bool((y[x == 0] == 0).all())  # zeros stay zero under a point-wise relative bound
+
+
+@pytest.mark.parametrize("mode,bound", [("abs", 1e-3), ("rel", 1e-4), ("pw_rel", 1e-3)])
+def test_ours_honours_its_bound_without_the_guard(mode, bound):
+    """Our compressor needs no help from the guard: no value patched, bound held with verify=False."""
+    x = awkward_field(torch.float32)
+    for predictor in ("lorenzo", "interp", "cubic"):
+        c = compress(x, "ours", verify=False, mode=mode, bound=bound, predictor=predictor)
+        y = decompress(c)
+        err = (y.double() - x.double()).abs()
+        assert bool((err <= tolerance(x, mode, bound)).all()), predictor
+        assert compress(x, "ours", mode=mode, bound=bound, predictor=predictor).stats["patched"] == 0
+
+
+def test_ours_keeps_nonfinite_and_extreme_values_exactly():
+    """NaN, +-inf and values far beyond 2^40 bounds are outliers stored exactly by our own outlier path (the
+    guard off); the rest within the bound."""
+    x = torch.linspace(-1, 1, 300, dtype=torch.float32).reshape(3, 10, 10).clone()
+    x[0, 0, 0], x[1, 2, 3], x[2, 9, 9], x[1, 1, 1] = float("nan"), float("inf"), -float("inf"), 3.0e30
+    c = compress(x, "ours", mode="abs", bound=1e-3, verify=False)
+    y = decompress(c)
+    assert torch.isnan(y[0, 0, 0]) and y[1, 2, 3] == float("inf") and y[2, 9, 9] == -float("inf")
+    assert y[1, 1, 1] == x[1, 1, 1]
+    fin = torch.isfinite(x)
+    assert float((y[fin].double() - x[fin].double()).abs().max()) <= 1e-3
+
+
+def test_round_mantissa_matches_numpy_bit_arithmetic():
+    """Mantissa rounding equals a numpy reference (round half up on the dropped bits) and meets 2^-(m+1)."""
+    x = awkward_field(torch.float32).reshape(-1)
+    for bits in (0, 3, 10, 22):
+        r = round_mantissa(x, bits).numpy()
+        u = x.numpy().view(np.uint32).astype(np.uint64)
+        drop = 23 - bits
+        ref = (((u + (1 << (drop - 1))) >> drop) << drop).astype(np.uint32).view(np.float32)
+        assert np.array_equal(r, ref)
+        xd = x.numpy().astype(np.float64)
+        nz = xd != 0
+        assert (np.abs(r.astype(np.float64) - xd)[nz] / np.abs(xd[nz])).max() <= 2.0 ** -(bits + 1)
+
+
+def test_lossless_and_fixed_modes_round_trip():
+    """zstd and fpzip precision 0 are exact; ZFP fixed rate hits its rate; downsample restores a linear ramp."""
+    x = awkward_field(torch.float32)
+    assert torch.equal(decompress(compress(x, "zstd")), x)
+    assert torch.equal(decompress(compress(x, "fpzip", precision=0)), x)
+    blocks = torch.randn(16, 12, 20, generator=torch.Generator().manual_seed(0))  # whole 4^3 ZFP blocks
+    c = compress(blocks, "zfp", rate=8)
+    assert c.stats["ratio"] == pytest.approx(4.0, rel=0.02)  # 8 of 32 bits per value
+    i, j, k = torch.meshgrid(*(torch.arange(n, dtype=torch.float64) for n in (9, 7, 11)), indexing="ij")
+    ramp = (0.5 * i - 2.0 * j + 0.25 * k).float()
+    y = decompress(compress(ramp, "downsample", factor=2))
+    assert float((y - ramp).abs().max()) < 1e-5  # odd sizes: every sample is on or between kept ones
+
+
+def test_bad_parameters_are_one_clear_error():
+    """An unknown compressor or parameter, a bound <= 0, a pw_rel bound >= 1 or a non-float input -> InputError."""
+    x = awkward_field()
+    with pytest.raises(InputError, match="unknown compressor 'nope'"):
+        get_compressor("nope")
+    with pytest.raises(InputError, match="no parameter 'tolerance'"):
+        compress(x, "sz3", mode="abs", bound=1.0, tolerance=3)
+    for b in (0, -1.0, float("nan")):
+        with pytest.raises(InputError, match="must be a number > 0"):
+            compress(x, "ours", mode="abs", bound=b)
+    with pytest.raises(InputError, match="pw_rel bound must be < 1"):
+        compress(x, "zfp", mode="pw_rel", bound=1.5)
+    with pytest.raises(InputError, match="mode must be one of"):
+        compress(x, "ours", mode="psnr", bound=1.0)
+    with pytest.raises(InputError, match="float32 or float64"):
+        compress(torch.arange(10), "ours", mode="abs", bound=1.0)
+    with pytest.raises(InputError, match="not a foresight compressed file"):
+        Compressed.from_bytes(b"hello")
+    assert set(BOUNDED) | {"downsample", "zstd"} == set(COMPRESSORS)
