@@ -1,0 +1,20 @@
+"""symnmf: symmetric nonnegative matrix factorisation min ||A - H H^T||_F^2, H >= 0, for graph clustering.
+
+After Eswar, Hayashi, Ballard, Kannan, Vuduc & Park, "Distributed-Memory Parallel Symmetric Nonnegative
+Matrix Factorization" (SC20) and its PLANC library: ANLS with block principal pivoting, HALS, projected
+Gauss-Newton and multiplicative updates, on one process or a 1D / 2D torch.distributed process grid.
+
+    from torchhpc.ext.symnmf import SolverOptions, cluster, digits_graph
+    g = digits_graph()
+    out = cluster(g.A, SolverOptions(k=10, algo="anls"))      # out.labels, out.result.residual
+"""
+
+from torchhpc.ext.core.lazy import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(__name__, {
+    "ClusterResult": "api", "cluster": "api", "ALGOS": "config", "GraphOptions": "config",
+    "SolverOptions": "config", "SymnmfJob": "config", "Graph": "graphs", "check_similarity": "graphs",
+    "digits_graph": "graphs", "knn_similarity": "graphs", "read_graph": "graphs",
+    "stochastic_block_model": "graphs", "nnls_bpp": "nnls", "SymNMFResult": "solvers", "symnmf": "solvers",
+})
+

@@ -1,0 +1,53 @@
+"""One call from a similarity matrix to clusters: check, convert, solve, label."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from torchhpc.ext.core.device import pick_device
+
+from .config import SolverOptions
+from .graphs import check_similarity, cluster_labels, to_torch
+from .ops import LocalSimilarity
+from .solvers import DTYPES, SymNMFResult, symnmf
+
+
+@dataclass
+class ClusterResult:
+    labels: np.ndarray
+    """``(n,)`` argmax of each row of ``H`` (``-1`` for isolated nodes)."""
+    result: SymNMFResult
+
+
+def choose_layout(A: sp.csr_matrix, layout: str = "auto") -> bool:
+    """True for a dense tensor: ``dense``, or ``auto`` with n <= 20000 and more than 5% nonzeros."""
+    if layout == "auto":
+        n = A.shape[0]
+        return n <= 20_000 and A.nnz > 0.05 * n * n
+    return layout == "dense"
+
+
+def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, symmetrize: bool = False,
+            layout: str = "auto", callback=None) -> ClusterResult:
+    """SymNMF clustering of a similarity matrix on one process.
+
+    Args:
+        A: ``(n, n)`` symmetric nonnegative matrix (scipy sparse, numpy or a dense tensor).
+        opts: solver options (``k``, ``algo``, ``seed``, dtype and device ...).
+        symmetrize: replace an asymmetric ``A`` by ``(A + A^T) / 2`` with a warning instead of failing.
+        layout: ``dense``, ``sparse`` (torch CSR) or ``auto``.
+
+    Raises:
+        InputError: see :func:`~.graphs.check_similarity`.
+    """
+    if isinstance(A, torch.Tensor):
+        A = A.to_dense().cpu().double().numpy() if A.layout != torch.strided else A.cpu().double().numpy()
+    A, _ = check_similarity(A, opts.k, symmetrize=symmetrize)
+    dev = pick_device(opts.device)
+    At = to_torch(A, dense=choose_layout(A, layout), dtype=DTYPES[opts.dtype], device=dev)
+    res = symnmf(LocalSimilarity(At), opts, callback=callback)
+    return ClusterResult(cluster_labels(res.H), res)
