@@ -21,7 +21,7 @@ pytestmark = pytest.mark.distributed
 def _problem():
     sys.path.insert(0, str(HERE))
     try:
-        from dist_worker import spmm_problem
+        from collectives_dist_worker import spmm_problem
     finally:
         sys.path.remove(str(HERE))
     return spmm_problem()

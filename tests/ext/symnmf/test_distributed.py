@@ -17,14 +17,14 @@ from torchhpc.ext.symnmf.ops import LocalSimilarity
 from torchhpc.ext.symnmf.solvers import symnmf
 
 HERE = Path(__file__).resolve().parent
-WORKER = HERE / "dist_worker.py"
+WORKER = HERE / "symnmf_dist_worker.py"
 ALGOS = ["anls", "gn", "hals", "mu"]
 
 
 def _planted():
     sys.path.insert(0, str(HERE))
     try:
-        from dist_worker import planted_graph
+        from symnmf_dist_worker import planted_graph
     finally:
         sys.path.remove(str(HERE))
     return planted_graph()

@@ -1,6 +1,6 @@
 """torchrun worker of the exactness and bad-input tests (4 gloo ranks, one launch for all checks).
 
-    torchrun --standalone --nproc-per-node 4 dist_worker.py OUT_DIR SEED [SEED ...]
+    torchrun --standalone --nproc-per-node 4 collectives_dist_worker.py OUT_DIR SEED [SEED ...]
 
 Per seed: a random graph (density 0.6) with random rows per edge (zero included), int32 messages
 of width 3; every algorithm's received messages go to ``OUT_DIR/<algo>-<seed>-rank<r>.npz``.

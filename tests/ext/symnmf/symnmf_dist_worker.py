@@ -1,6 +1,6 @@
 """torchrun worker of the distributed-equality tests: solves one planted problem on a process grid.
 
-    torchrun --standalone --nproc-per-node P dist_worker.py OUT.pt PR[,PR...] ALGO [ALGO ...]
+    torchrun --standalone --nproc-per-node P symnmf_dist_worker.py OUT.pt PR[,PR...] ALGO [ALGO ...]
 
 For each grid ``PR x (P / PR)`` and each algorithm, rank 0 saves
 ``{(pr, algo): (H gathered in global row order, iterations, residual)}`` to ``OUT.pt``.
