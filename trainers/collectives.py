@@ -13,14 +13,13 @@ model on the real routing plans of nodes x ranks-per-node ranks.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
 
 from torchhpc.ext.collectives.config import BenchOptions, ModelOptions
-from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import command_group, config_command, job_main
 
 
 def run_rank(opts: BenchOptions) -> int:
@@ -64,22 +63,16 @@ def model(opts: ModelOptions) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("collectives", help="neighbourhood collectives (Neighbor_alltoallv): bench, scale model",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    csub = p.add_subparsers(dest="collectives_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    csub = command_group(sub, "collectives", description=__doc__,
+                         help="neighbourhood collectives (Neighbor_alltoallv): bench, scale model")
     config_command(csub, "bench", BenchOptions, launch, config_file=True,
                    help="time direct / LAG-H / LAW-H per message size under torchrun (--nproc ranks)")
     config_command(csub, "model", ModelOptions, model, config_file=True,
                    help="predict each algorithm's time per call at scale with the cost model")
 
 
-def build_parser() -> ArgumentParser:
-    return job_parser("torchhpc.trainers.collectives", BenchOptions, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: run_rank(options_from_args(BenchOptions, args)), argv)
+    return job_main("torchhpc.trainers.collectives", BenchOptions, run_rank, __doc__, argv)
 
 
 if __name__ == "__main__":

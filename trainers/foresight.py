@@ -12,13 +12,12 @@ Every option is defined in torchhpc.ext.foresight.config (SweepConfig, CompressO
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, module_main
+from torchhpc.ext.core.cli import command_group, config_command, subcommands_main
 from torchhpc.ext.foresight.config import CompressOptions, DecompressOptions, SweepConfig
 
 MODULE = "torchhpc.trainers.foresight"
@@ -75,19 +74,12 @@ def _add_commands(s) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("foresight", help="lossy compression judged by the analyses that matter (Foresight)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_commands(p.add_subparsers(dest="foresight_command", required=True))
-
-
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog=MODULE, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_commands(p.add_subparsers(dest="foresight_command", required=True))
-    return p
+    _add_commands(command_group(sub, "foresight", description=__doc__,
+                                help="lossy compression judged by the analyses that matter (Foresight)"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: args.func(args), argv)
+    return subcommands_main(MODULE, _add_commands, __doc__, argv)
 
 
 if __name__ == "__main__":

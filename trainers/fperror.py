@@ -14,7 +14,6 @@ torchhpc.ext.fperror.config (AnalyzeOptions, TraceOptions); --config FILE takes 
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import json
@@ -22,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from torchhpc.ext.core.cli import ArgumentParser, command_group, config_command, module_main
+from torchhpc.ext.core.cli import command_group, config_command, subcommands_main
 from torchhpc.ext.core.errors import ConfigError, InputError
 from torchhpc.ext.fperror.config import AnalyzeOptions, TraceOptions
 
@@ -103,16 +102,8 @@ def register(sub) -> None:
                                 help="rigorous round-off error bounds (Satire/FPTaylor/FPCore files, torch code)"))
 
 
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="torchhpc.trainers.fperror", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add_commands(p.add_subparsers(dest="fperror_command", metavar="SUBCOMMAND", parser_class=ArgumentParser,
-                                   required=True))
-    return p
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: args.func(args), argv)
+    return subcommands_main("torchhpc.trainers.fperror", _add_commands, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -14,12 +14,11 @@ not_fixable / spread).  Every option is defined in torchhpc.ext.pliner.config.Fi
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, module_main
+from torchhpc.ext.core.cli import command_group, config_command, subcommands_main
 from torchhpc.ext.pliner.config import FindOptions
 
 
@@ -41,20 +40,12 @@ def _add(sub) -> None:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("pliner", help="isolate the ops behind bf16 / TF32 / compile divergence (PLiNER)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add(p.add_subparsers(dest="pliner_command", required=True))
-
-
-def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="torchhpc.trainers.pliner", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    _add(p.add_subparsers(dest="pliner_command", required=True))
-    return p
+    _add(command_group(sub, "pliner", description=__doc__,
+                       help="isolate the ops behind bf16 / TF32 / compile divergence (PLiNER)"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return module_main(build_parser, lambda args: args.func(args), argv)
+    return subcommands_main("torchhpc.trainers.pliner", _add, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,11 @@ torchhpc.ext.symnmf.job, the options in torchhpc.ext.symnmf.config.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
 
-from torchhpc.ext.core.cli import ArgumentParser, config_command, job_parser, module_main, options_from_args
+from torchhpc.ext.core.cli import command_group, config_command, job_main
 from torchhpc.ext.symnmf.config import SegmentOptions, SymnmfJob
 
 
@@ -70,23 +69,17 @@ def cmd_segment(cfg: SegmentOptions) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("symnmf", help="SymNMF: symmetric NMF graph clustering (ANLS, Gauss-Newton, HALS, MU)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ssub = p.add_subparsers(dest="symnmf_command", metavar="SUBCOMMAND", parser_class=ArgumentParser)
-    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+    ssub = command_group(sub, "symnmf", description=__doc__,
+                         help="SymNMF: symmetric NMF graph clustering (ANLS, Gauss-Newton, HALS, MU)")
     config_command(ssub, "run", SymnmfJob, cmd_run, config_file=True,
                    help="cluster a graph / kNN graph: write H, labels, metrics, plot (ARI/NMI given labels)")
     config_command(ssub, "segment", SegmentOptions, cmd_segment, config_file=True,
                    help="segment an image shipped by scikit-image with SymNMF on a pixel similarity graph")
 
 
-def build_parser() -> ArgumentParser:
-    return job_parser("torchhpc.trainers.symnmf", SymnmfJob, __doc__, config_file=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """torchrun entry: ``torchrun ... -m torchhpc.trainers.symnmf --config FILE [--set k=v] [--flags]``."""
-    return module_main(build_parser, lambda args: run_rank(options_from_args(SymnmfJob, args)), argv)
+    return job_main("torchhpc.trainers.symnmf", SymnmfJob, run_rank, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -412,6 +412,20 @@ def command_group(sub: Any, name: str, *, help: str, description: str | None = N
     return group
 
 
+def subcommands_main(prog: str, add_commands: Callable[[Any], None], description: str | None = None,
+                     argv: Sequence[str] | None = None) -> int:
+    """The ``main()`` of a ``python -m`` / ``torchrun -m`` entry whose first word is a subcommand:
+    ``add_commands(subparsers)`` adds them (the same function ``register`` uses)."""
+
+    def build() -> ArgumentParser:
+        p = ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+        add_commands(p.add_subparsers(dest="command", metavar="SUBCOMMAND", required=True,
+                                      parser_class=ArgumentParser))
+        return p
+
+    return module_main(build, lambda args: args.func(args), argv)
+
+
 def job_main(prog: str, cls: type, fn: Callable[[Any], Any], description: str | None = None,
              argv: Sequence[str] | None = None, *, config_file: bool = True) -> int:
     """The whole ``main()`` of a ``python -m`` / ``torchrun -m`` entry: flags from ``cls``, then ``fn(config)``."""
@@ -428,6 +442,6 @@ def job_parser(prog: str, cls: type, description: str | None = None, **kwargs: A
 
 __all__ = [
     "ArgumentParser", "ConfigError", "OPTIONS_ATTR", "add_options", "command_group", "config_command",
-    "describe_flags", "flag_overrides", "job_main", "job_parser", "module_main", "option_flag", "options_from_args",
+    "describe_flags", "flag_overrides", "job_main", "subcommands_main", "job_parser", "module_main", "option_flag", "options_from_args",
     "run_main",
 ]
