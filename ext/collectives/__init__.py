@@ -9,8 +9,7 @@ Names are imported lazily, so that the Open MPI reference (``mpi_reference``) ru
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchhpc.ext.core.lazy import lazy_exports
 
 _EXPORTS = {
     "HaloSpMM": "apps", "MooreHalo": "apps",
@@ -21,10 +20,4 @@ _EXPORTS = {
     "plan_cost": "plan",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

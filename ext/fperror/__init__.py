@@ -15,8 +15,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from torchhpc.ext.core.lazy import lazy_exports
 
 #: public name -> submodule; imported on first use, so that the options (config.py) load without torch
 _EXPORTS = {
@@ -27,14 +26,4 @@ _EXPORTS = {
     "parse_satire": "parsers", "trace": "trace",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -17,7 +17,7 @@ Heavy submodules load on first use, so ``import torchhpc.ext.kraken`` stays chea
 
 from __future__ import annotations
 
-import importlib
+from torchhpc.ext.core.lazy import lazy_exports
 
 _EXPORTS = {
     "DynamicEmbeddingCollection": "embedding",
@@ -52,10 +52,4 @@ _EXPORTS = {
     "pooled_embeddings": "ops",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

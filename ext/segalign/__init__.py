@@ -7,7 +7,7 @@ ungapped X-drop filter as tensor ops and a Triton kernel, then gapped Y-drop ext
 
 from __future__ import annotations
 
-import importlib
+from torchhpc.ext.core.lazy import lazy_exports
 
 _EXPORTS = {
     "AlignResult": "align", "align_files": "align", "align_sequences": "align", "find_hsps": "align",
@@ -19,11 +19,4 @@ _EXPORTS = {
     "SEEDS": "seeds", "build_index": "seeds", "parse_seed": "seeds", "seed_hits": "seeds",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    """Names load on first use, so that importing the options (``.config``) does not import torch."""
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)
