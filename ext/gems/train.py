@@ -153,7 +153,8 @@ def train(cfg: GemsConfig, verbose: bool = True) -> dict:
         raise
     with distributed(device=cfg.device, timeout_s=cfg.timeout_s) as ctx:
         rank, world = ctx.rank, ctx.world_size
-        run = open_run("gems", cfg, cfg.run, ctx)
+        # on resume nothing is written until the checkpoint is known to continue this run
+        run = open_run("gems", None if cfg.run.resume else cfg, cfg.run, ctx)
         blocks = build_model(cfg)
         split = None
         if rank == 0:
@@ -174,6 +175,14 @@ def train(cfg: GemsConfig, verbose: bool = True) -> dict:
                 raise SystemExit(1)
             raise InputError(split[1])
         prof, bounds, resume_step = split
+        if resume_step is not None and resume_step >= cfg.train.steps:
+            if rank == 0 and verbose:
+                print(f"gems: {run.dir} already finished at step {resume_step} (train.steps = {cfg.train.steps}): "
+                      "nothing to do (raise --train.steps to train on)", flush=True)
+            done = run.dir / "summary.json"
+            return json.loads(done.read_text()) if done.is_file() else {"steps": resume_step, "run_dir": str(run.dir)}
+        if cfg.run.resume:
+            run.save_config(cfg)
         if rank == 0 and verbose:
             print(f"gems: schedule={p.schedule} stages={p.stages} groups={p.groups} micro_batches={p.micro_batches} "
                   f"eta={p.eta} global batch={cfg.global_batch}; stage blocks {bounds}", flush=True)

@@ -150,6 +150,18 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_newest_intact_one_is_us
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
 
 
+def test_resuming_a_finished_run_does_nothing_and_says_so(capsys, tmp_path):
+    """A run that already reached train.steps, resumed, trains nothing and leaves every file as it was."""
+    rc, _, err = _train(capsys, tmp_path, "f", "--train.steps", "2")
+    assert rc == 0, err
+    folder = tmp_path / "gems" / "f"
+    before = _snapshot(folder)
+    rc, out, err = _train(capsys, tmp_path, "f", "--train.steps", "2", "--run.resume", "--train.lr", "0.5")
+    assert rc == 0, err
+    assert "already finished at step 2" in out + err
+    assert _snapshot(folder) == before
+
+
 # ----------------------------------------------------------------------------- 5: dead and interrupted ranks
 
 
