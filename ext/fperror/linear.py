@@ -150,25 +150,28 @@ def affine_ranges(dag: ExprDAG, groups, fw, dep: torch.Tensor, cone_chunk: int =
         mid = (rl + rh) / 2
         return _DDI(mid, torch.zeros_like(mid), iv.up(torch.maximum(iv.up(rh - mid), iv.up(mid - rl))))
 
+    def coefficient_step(op, c: _DDI, ra, rb, a, b) -> _DDI:
+        """One group's affine coefficients from its operands' rows ``ra``/``rb`` of ``c`` (nodes ``a``/``b``)."""
+        ca = _DDI(c.h[ra], c.l[ra], c.r[ra])
+        if op in (ADD, SUB):
+            return ca.add(_DDI(c.h[rb], c.l[rb], c.r[rb]), 1.0 if op == ADD else -1.0)
+        if op == NEG:
+            return _DDI(-ca.h, -ca.l, ca.r)
+        if op == MUL:  # exactly one operand depends on the inputs; the other is a constant
+            da = dep[a][:, None]
+            row = ca.where(da, _DDI(c.h[rb], c.l[rb], c.r[rb]))
+            k = const_of(b).where(da, const_of(a))
+            return row.scale(_DDI(k.h.expand_as(row.h), k.l.expand_as(row.h), k.r.expand_as(row.h)))
+        if op == DIV:
+            k = recip_of(b)
+            return ca.scale(_DDI(k.h.expand_as(ca.h), k.l.expand_as(ca.h), k.r.expand_as(ca.h)))
+        z = torch.zeros_like(ca.h)
+        return _DDI(z, z, z)
+
     def run(c: _DDI, with_const: bool) -> _DDI:
         for op, idx, a, b in groups.groups:
             d = dep[idx][:, None]
-            ca = _DDI(c.h[a], c.l[a], c.r[a])
-            if op in (ADD, SUB):
-                res = ca.add(_DDI(c.h[b], c.l[b], c.r[b]), 1.0 if op == ADD else -1.0)
-            elif op == NEG:
-                res = _DDI(-ca.h, -ca.l, ca.r)
-            elif op == MUL:
-                da = dep[a][:, None]
-                row = ca.where(da, _DDI(c.h[b], c.l[b], c.r[b]))
-                k = const_of(b).where(da, const_of(a))
-                res = row.scale(_DDI(k.h.expand_as(row.h), k.l.expand_as(row.h), k.r.expand_as(row.h)))
-            elif op == DIV:
-                k = recip_of(b)
-                res = ca.scale(_DDI(k.h.expand_as(ca.h), k.l.expand_as(ca.h), k.r.expand_as(ca.h)))
-            else:
-                z = torch.zeros_like(ca.h)
-                res = _DDI(z, z, z)
+            res = coefficient_step(op, c, a, b, a, b)
             if with_const:
                 res = res.where(d, const_of(idx))
             else:
@@ -206,22 +209,7 @@ def affine_ranges(dag: ExprDAG, groups, fw, dep: torch.Tensor, cone_chunk: int =
             gi, ga, gb = idx[sel], a[sel], b[sel]
             li, la, lb = pos[gi], pos[ga], pos[gb.clamp(min=0)]
             d = dep[gi][:, None]
-            ca = _DDI(c.h[la], c.l[la], c.r[la])
-            if op in (ADD, SUB):
-                res = ca.add(_DDI(c.h[lb], c.l[lb], c.r[lb]), 1.0 if op == ADD else -1.0)
-            elif op == NEG:
-                res = _DDI(-ca.h, -ca.l, ca.r)
-            elif op == MUL:
-                da = dep[ga][:, None]
-                row = ca.where(da, _DDI(c.h[lb], c.l[lb], c.r[lb]))
-                k = const_of(gb).where(da, const_of(ga))
-                res = row.scale(_DDI(k.h.expand_as(row.h), k.l.expand_as(row.h), k.r.expand_as(row.h)))
-            elif op == DIV:
-                k = recip_of(gb)
-                res = ca.scale(_DDI(k.h.expand_as(ca.h), k.l.expand_as(ca.h), k.r.expand_as(ca.h)))
-            else:
-                z0 = torch.zeros_like(ca.h)
-                res = _DDI(z0, z0, z0)
+            res = coefficient_step(op, c, la, lb, ga, gb)
             z0 = torch.zeros_like(res.h)
             res = res.where(d, _DDI(z0, z0, z0))
             c.h[li], c.l[li], c.r[li] = res.h, res.l, res.r

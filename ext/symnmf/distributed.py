@@ -42,7 +42,7 @@ import torch.distributed as dist
 from torchhpc.ext.core.errors import DistributedError
 
 from .graphs import to_torch
-from .ops import PhaseTimer, _stats, spmm
+from .ops import PhaseTimer, RowBlock, _stats, spmm
 
 
 def block_bounds(n: int, parts: int) -> list[int]:
@@ -63,7 +63,7 @@ def grid_shape(world: int, pr: int = 0) -> tuple[int, int]:
     return pr, world // pr
 
 
-class GridSimilarity:
+class GridSimilarity(RowBlock):
     """The similarity operator of one rank of a ``pr x pc`` grid (see the module docstring).
 
     Args:
@@ -129,17 +129,6 @@ class GridSimilarity:
         self.isolated = torch.as_tensor(deg == 0)
 
     # -- the operator interface ---------------------------------------------------------------------
-
-    @property
-    def n_local(self) -> int:
-        return self.row_stop - self.row_start
-
-    @property
-    def phase_s(self) -> dict[str, float]:
-        return self.timer.phase_s
-
-    def owned_rows(self) -> torch.Tensor:
-        return torch.arange(self.row_start, self.row_stop)
 
     def matmul(self, H: torch.Tensor) -> torch.Tensor:
         """``(A @ H)`` on the owned rows: all-gather over the grid column, local product,

@@ -57,7 +57,28 @@ def spmm(A: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
     return A @ H
 
 
-class LocalSimilarity:
+class RowBlock:
+    """What every similarity operator shares: it owns rows ``[row_start, row_stop)`` of ``H`` and times
+    its phases (subclasses set ``row_start``, ``row_stop`` and ``timer``)."""
+
+    row_start: int
+    row_stop: int
+    timer: PhaseTimer
+
+    @property
+    def n_local(self) -> int:
+        return self.row_stop - self.row_start
+
+    @property
+    def phase_s(self) -> dict[str, float]:
+        return self.timer.phase_s
+
+    def owned_rows(self) -> torch.Tensor:
+        """Global indices of the rows of ``H`` owned here, in local order (``(n_local,)``)."""
+        return torch.arange(self.row_start, self.row_stop)
+
+
+class LocalSimilarity(RowBlock):
     """``A`` on one process: every row is owned here.
 
     Args:
@@ -77,18 +98,6 @@ class LocalSimilarity:
         self.world_size = 1
         self.isolated = (_row_nnz(A) == 0).cpu()
         """Bool ``(n_local,)``: owned rows with no nonzero entry (their rows of ``H`` stay 0)."""
-
-    @property
-    def n_local(self) -> int:
-        return self.row_stop - self.row_start
-
-    @property
-    def phase_s(self) -> dict[str, float]:
-        return self.timer.phase_s
-
-    def owned_rows(self) -> torch.Tensor:
-        """Global indices of the rows of ``H`` owned here, in local order (``(n_local,)``)."""
-        return torch.arange(self.row_start, self.row_stop)
 
     def matmul(self, H: torch.Tensor) -> torch.Tensor:
         """``(A @ H)`` on the owned rows."""
