@@ -1,13 +1,17 @@
 """``torchhpc ccsdt``: the closed-shell CCSD(T) perturbative-triples energy of a molecule.
 
 PySCF runs RHF and CCSD; torchhpc computes the (T) correction (the blocked torch
-path on the CPU, the fused Triton kernel on CUDA for nvir <= 64) and, with --compare-pyscf,
+path on the CPU, the fused Triton kernel on CUDA for nvir <= 64; out of core when the operands
+exceed --max-memory; over torchrun ranks with --nproc N or under torchrun) and, with --compare-pyscf,
 PySCF's own (T) on the same amplitudes and integrals for comparison.
 
     torchhpc ccsdt --atom "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692" --basis cc-pvdz
     torchhpc ccsdt --xyz water.xyz --basis aug-cc-pvdz --frozen-core --compare-pyscf
     torchhpc ccsdt --xyz water.xyz --basis cc-pvdz --json --save-inputs water.npz
     torchhpc ccsdt --inputs water.npz --json        # from saved inputs; PySCF not needed
+    torchhpc ccsdt --inputs water.npz --nproc 2     # the (T) shared out over 2 torchrun ranks
+    torchrun --standalone --nproc-per-node 2 -m torchhpc.trainers.ccsdt --inputs water.npz
+    torchhpc ccsdt --inputs big.npz --max-memory 500 # out of core: integral slices stream through a cache
 
 --json prints one object: {"e_t", "e_ccsd", "e_hf", "seconds", "gflops"} (energies in
 Hartree, e_ccsd the total CCSD energy, seconds and gflops of our (T) alone), plus
@@ -27,10 +31,17 @@ from torchhpc.ext.core.cli import config_command, job_main
 
 
 def run_ccsdt(options: CCSDTOptions) -> int:
-    """Compute, print the report (or one JSON object)."""
-    from torchhpc.ext.ccsdt.job import compute, report_lines
+    """Compute, print the report (or one JSON object) on rank 0; ``--nproc N`` launches torchrun first."""
+    import os
 
+    from torchhpc.ext.ccsdt.job import compute, launch, report_lines
+    from torchhpc.ext.core.distributed import launched_by_torchrun
+
+    if options.nproc > 1 and not launched_by_torchrun():
+        return launch(options)
     result = compute(options, progress=not options.json and sys.stderr.isatty())
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
     for line in result.warnings:
         print(line, file=sys.stderr)
     if options.json:

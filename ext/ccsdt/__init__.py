@@ -9,6 +9,13 @@
   (:class:`~torchhpc.ext.ccsdt.config.MoleculeOptions` or a ``Mole``): the one way to the inputs.
 * :func:`triples_backend` — the implementation ``triples_energy`` runs for given inputs and device.
 * :func:`triples_flops` — the ``2 o^3 v^4 + 2 o^4 v^3`` FLOP count behind GFLOP/s figures.
+* :func:`triples_energy_distributed` — E(T) over the ranks of a process group, each owning a share of
+  the integrals and fetching and caching the slices its cost-balanced work needs
+  (:mod:`~torchhpc.ext.ccsdt.distributed`); ``triples_energy(..., group=)`` is the same call.
+* :func:`triples_energy_out_of_core` — the integral slices streamed through a bounded cache
+  (:mod:`~torchhpc.ext.ccsdt.slices`; ``triples_energy`` switches to it when ``max_memory`` is short).
+* :mod:`~torchhpc.ext.ccsdt.costmodel` — the distributed run modelled from its own plan, calibrated on
+  measured runs, predicting strong scaling (Summit-like nodes of 6 V100s).
 * :mod:`~torchhpc.ext.ccsdt.config` (every option), :mod:`~torchhpc.ext.ccsdt.molecule` (geometry
   input), :mod:`~torchhpc.ext.ccsdt.job` (``torchhpc ccsdt`` as a call), :mod:`~torchhpc.ext.ccsdt.demo`.
 """
@@ -24,6 +31,7 @@ _EXPORTS = {
     "check_inputs": "ops", "occupied_triples": "ops", "triples_backend": "ops", "triples_energy": "ops",
     "triples_energy_torch": "ops", "triples_flops": "ops",
     "triples_energy_reference": "reference",
+    "triples_energy_distributed": "distributed", "triples_energy_out_of_core": "slices",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -4,7 +4,8 @@
   ``--charge``, ``--unit``, ``--frozen-core``); :func:`~torchhpc.ext.ccsdt.io.prepare_triples`
   takes it.
 * :class:`CCSDTOptions` — the whole command: the molecule or saved ``--inputs``, where and how the
-  (T) runs (``--device``, ``--backend``, ``--max-memory``, ``--threads``) and what is printed.
+  (T) runs (``--device``, ``--backend``, ``--max-memory``, ``--threads``, ``--nproc``, ``--timeout``) and
+  what is printed.
 * :class:`CCSDTTour` — the ``torchhpc demo`` step (:func:`torchhpc.ext.ccsdt.demo.demo`).
 
 Ranges and choices are checked when a dataclass is built (library, YAML or flags alike), with a
@@ -70,8 +71,13 @@ class CCSDTOptions:
     backend: str = option("auto", choices=BACKEND_CHOICES,
                           help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs")
     max_memory: float = option(DEFAULT_MAX_MEMORY_MB, gt=0,
-                               help="MB bound of the (T) work buffers (picks the block size)")
+                               help="MB bound of the (T) operands and work buffers on the device, per rank "
+                               "(picks the block size; below the in-core need the integrals stream out of core)")
     threads: int | None = option(None, ge=1, help="CPU threads for PySCF and the (T) (null: torch's)")
+    nproc: int = option(1, flag="--nproc", ge=1, le=4096,
+                        help="processes: > 1 launches torchrun and shares the (T) out over the ranks")
+    timeout: float = option(600.0, gt=0, help="seconds a rank waits for a peer (PySCF on rank 0 included) "
+                            "before the job fails")
     compare_pyscf: bool = option(False, help="also run pyscf.cc.ccsd_t.kernel on the same inputs and compare")
     json: bool = option(False, help="print one JSON object instead of the report")
     save_inputs: Path | None = option(None, help="save t1, t2, integrals and energies to this .npz")

@@ -10,14 +10,18 @@ The backend printed is the one :func:`~torchhpc.ext.ccsdt.ops.triples_backend` r
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from torchhpc.ext.core.device import pick_device
 from torchhpc.ext.core.dispatch import check_backend
+from torchhpc.ext.core.errors import InputError
 
 from .config import CCSDTOptions
 from .io import TriplesInputs, load_inputs, prepare_triples, save_inputs
@@ -45,6 +49,12 @@ class TriplesResult:
     saved: Path | None = None
     """where the inputs were saved (``save_inputs``)"""
     warnings: list[str] = field(default_factory=list)
+    mode: str = "in-core"
+    """``in-core``, ``out-of-core`` (integral slices streamed through a cache under ``max_memory``) or
+    ``distributed`` (over torchrun ranks)"""
+    stats: dict | None = None
+    """out of core: :meth:`~torchhpc.ext.ccsdt.slices.SliceStats.as_dict`; distributed:
+    :meth:`~torchhpc.ext.ccsdt.distributed.DistributedRun.summary` (+ ``backend``, the collective backend)"""
 
     @property
     def gflops(self) -> float:
@@ -60,6 +70,9 @@ class TriplesResult:
         if self.e_t_pyscf is not None:
             out["e_t_pyscf"] = self.e_t_pyscf
             out["abs_diff"] = abs(self.e_t - self.e_t_pyscf)
+        if self.mode != "in-core":  # the in-core object is pinned (tests/trainers/test_ccsdt_pinned.py)
+            out["mode"] = self.mode
+            out.update({k: v for k, v in (self.stats or {}).items() if k not in out})
         return out
 
 
@@ -77,6 +90,10 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
             before PySCF starts), and every error of :func:`~torchhpc.ext.ccsdt.io.prepare_triples`,
             :func:`~torchhpc.ext.ccsdt.io.load_inputs` and :func:`~torchhpc.ext.ccsdt.ops.triples_energy`.
     """
+    from torchhpc.ext.core.distributed import launched_by_torchrun
+
+    if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return _compute_distributed(options, progress=progress)
     device = pick_device(options.device)
     if options.backend != "auto":
         check_backend(options.backend, device)
@@ -107,9 +124,10 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
         backend = triples_backend(options.backend, inputs.nvir, device)
         if device.type == "cuda":
             torch.cuda.synchronize()
+        details: dict = {}
         t0 = time.perf_counter()
         e_t = triples_energy(*inputs.arrays(), backend=backend, device=device, max_memory=options.max_memory,
-                             num_threads=options.threads, progress=progress)
+                             num_threads=options.threads, progress=progress, details=details)
         seconds = time.perf_counter() - t0  # triples_energy returns a Python float: the device has finished
 
         e_ref = None
@@ -123,8 +141,187 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
             from pyscf import lib
 
             lib.num_threads(pyscf_threads)
+    stats = details["stats"].as_dict() if "stats" in details else None
     return TriplesResult(inputs=inputs, e_t=e_t, seconds=seconds, backend=backend, device=device, source=source,
-                         timings=timings, e_t_pyscf=e_ref, saved=saved, warnings=notes)
+                         timings=timings, e_t_pyscf=e_ref, saved=saved, warnings=notes,
+                         mode=details.get("mode", "in-core"), stats=stats)
+
+
+def _prepare(options: CCSDTOptions) -> tuple[TriplesInputs, dict, list, object | None]:
+    """The inputs of ``options`` (PySCF with ``options.threads``, or the saved file)."""
+    if options.inputs is not None:
+        return load_inputs(options.inputs), {}, [], None
+    pyscf_threads = None
+    try:
+        if options.threads is not None:
+            from .molecule import require_pyscf
+
+            require_pyscf()
+            from pyscf import lib
+
+            pyscf_threads = lib.num_threads()
+            lib.num_threads(options.threads)
+        prepared = prepare_triples(options.molecule)
+    finally:
+        if pyscf_threads is not None:
+            from pyscf import lib
+
+            lib.num_threads(pyscf_threads)
+    return prepared.inputs, prepared.timings, prepared.warnings, prepared
+
+
+def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesResult:
+    """One torchrun rank: rank 0 prepares the inputs and hands every rank the replicated arrays and
+    the integral slices it owns; the (T) is shared out (:mod:`~torchhpc.ext.ccsdt.distributed`)."""
+    import torch.distributed as dist
+
+    from torchhpc.ext.core.distributed import distributed
+    from torchhpc.ext.core.errors import DistributedError
+
+    from .distributed import owner, triples_energy_distributed
+
+    if options.backend == "triton":
+        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
+                         "(--backend auto or torch with --nproc)")
+    with distributed(device=options.device, timeout_s=options.timeout) as ctx:
+        rank, world = ctx.rank, ctx.world_size
+        if options.threads is not None:
+            torch.set_num_threads(options.threads)
+        failure, inputs, prepared, timings, notes, saved = None, None, None, {}, [], None
+        if rank == 0:
+            try:
+                inputs, timings, notes, prepared = _prepare(options)
+                if options.save_inputs is not None:
+                    saved = save_inputs(options.save_inputs, inputs)
+            except Exception as exc:  # every rank must learn that rank 0 failed, or it waits for the timeout
+                failure = exc
+        small = None
+        if inputs is not None:
+            small = {name: getattr(inputs, name) for name in ("t1", "t2", "ovoo", "ovov", "fock_ov", "mo_energy")}
+            small.update(e_hf=inputs.e_hf, e_ccsd=inputs.e_ccsd, meta=inputs.meta)
+        box = [None if failure is None else str(failure).strip().splitlines()[0], small]
+        try:
+            dist.broadcast_object_list(box, src=0)
+        except RuntimeError as exc:
+            raise DistributedError(f"rank {rank}: rank 0 did not answer within {options.timeout:g} s "
+                                   f"(--timeout) while preparing the inputs ({str(exc).splitlines()[0]})") from exc
+        if failure is not None:
+            raise failure
+        if box[0] is not None:
+            raise DistributedError(f"rank {rank}: rank 0 failed: {box[0]}")
+        small = box[1]
+        o, v = small["t1"].shape
+        # the integral slices go to their owners only: no rank but 0 ever holds the whole (ia|bc)
+        owned = {}
+        wire = ctx.device if ctx.backend == "nccl" else torch.device("cpu")  # NCCL moves CUDA tensors only
+        try:
+            for x in range(o):
+                r = owner(x, world)
+                if rank == 0 and r == 0:
+                    owned[x] = torch.as_tensor(inputs.ovvv[x])
+                elif rank == 0:
+                    dist.send(torch.as_tensor(np.ascontiguousarray(inputs.ovvv[x])).to(wire), dst=r)
+                elif r == rank:
+                    owned[x] = torch.empty((v, v, v), dtype=torch.float64, device=wire)
+                    dist.recv(owned[x], src=0)
+        except RuntimeError as exc:
+            raise DistributedError(f"rank {rank}: a peer died while the integral slices were handed out "
+                                   f"({str(exc).splitlines()[0]})") from exc
+        if rank != 0:
+            inputs = TriplesInputs(ovvv=None, **small)
+        source = inputs.meta.get("formula") or (str(options.inputs) if options.inputs is not None else "molecule")
+        t0 = time.perf_counter()
+        run = triples_energy_distributed(small["t1"], small["t2"], owned, small["ovoo"], small["ovov"],
+                                         small["fock_ov"], small["mo_energy"], device=ctx.device,
+                                         max_memory=options.max_memory, timeout_s=options.timeout,
+                                         progress=progress and rank == 0)
+        seconds = time.perf_counter() - t0
+        e_ref = None
+        if options.compare_pyscf and prepared is not None:
+            t0 = time.perf_counter()
+            e_ref = prepared.pyscf_triples_energy()
+            timings["pyscf_t"] = time.perf_counter() - t0
+        stats = {**run.summary(), "backend": ctx.backend}
+    return TriplesResult(inputs=inputs, e_t=run.energy, seconds=seconds, backend="torch", device=ctx.device,
+                         source=source, timings=timings, e_t_pyscf=e_ref, saved=saved, warnings=notes,
+                         mode="distributed", stats=stats)
+
+
+def launch(options: CCSDTOptions) -> int:
+    """``torchhpc ccsdt --nproc N``: check the input here (one line on bad input), then run the job on
+    ``N`` torchrun ranks with the resolved options (written to a temporary YAML file).
+
+    Raises:
+        InputError: a malformed geometry or inputs file (before any rank starts).
+        DistributedError: the job failed (its ranks' messages are above).
+    """
+    import tempfile
+
+    from torchhpc.ext.core.config import dump_config
+    from torchhpc.ext.core.errors import DistributedError
+    from torchhpc.ext.core.launch import torchrun
+
+    if options.backend == "triton":
+        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
+                         "(--backend auto or torch with --nproc)")
+    mol = options.molecule
+    if options.inputs is None:
+        from .molecule import build_molecule, parse_atom_string, read_xyz, require_pyscf
+
+        require_pyscf()
+        atoms = read_xyz(mol.xyz) if mol.xyz is not None else parse_atom_string(mol.atom)
+        build_molecule(atoms, mol.basis, mol.charge, mol.unit)
+    if options.inputs is not None:  # the per-rank budget, checked before any rank starts
+        from .slices import sliced_layout
+
+        shape = load_inputs(options.inputs).t1.shape
+        sliced_layout(*shape, 1, options.max_memory)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "ccsdt.yaml"
+        path.write_text(dump_config(options))
+        log = Path(tmp) / "stderr.txt"
+        # the ranks' and torchrun's stderr go to a file (stdout, the report, passes through): a failed job
+        # is then the one line that explains it, not torchrun's report and every rank's traceback
+        sys.stderr.flush()
+        saved_fd = os.dup(2)
+        try:
+            with open(log, "wb") as fh:
+                os.dup2(fh.fileno(), 2)
+                rc = torchrun("torchhpc.trainers.ccsdt", options.nproc, ["--config", str(path)])
+        finally:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+        text = log.read_text(errors="replace")
+    if rc != 0:
+        line = rank_error_line(text.splitlines())
+        raise DistributedError(line or f"the {options.nproc}-process (T) failed (torchrun exit status {rc})")
+    return 0
+
+
+#: a rank's error that only reports another rank's failure
+_CONSEQUENCES = ("a peer rank", "rank 0 failed", "rank 0 did not answer", "timed out", "a peer died")
+
+
+def rank_error_line(lines: list[str]) -> str | None:
+    """The line that explains a failed ``--nproc`` job, from its captured stderr: the first rank error
+    (``torchhpc.trainers.ccsdt: error: ...``) that is not a consequence of another rank's failure, else
+    the first rank error, else the rank torchrun reports killed by a signal; ``None`` when there is none."""
+    import re
+    import signal
+
+    prefix = "torchhpc.trainers.ccsdt: error: "
+    errors = [ln.strip()[len(prefix):] for ln in lines if ln.strip().startswith(prefix)]
+    primary = [e for e in errors if not any(mark in e for mark in _CONSEQUENCES)]
+    if primary or errors:
+        return (primary or errors)[0]
+    m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-\d+)", "\n".join(lines).split("Root Cause")[-1])
+    if m:
+        try:
+            name = signal.Signals(-int(m[2])).name
+        except ValueError:
+            name = f"signal {-int(m[2])}"
+        return f"rank {m[1]} was killed by {name}; the job stopped"
+    return None
 
 
 def report_lines(result: TriplesResult) -> list[str]:
@@ -144,6 +341,16 @@ def report_lines(result: TriplesResult) -> list[str]:
         lines.append(f"E(CCSD)       {inputs.e_ccsd:.10f} Eh{corr}")
     lines.append(f"E(T)          {result.e_t:.12f} Eh   ({result.backend} on {result.device.type}, "
                  f"{result.seconds:.3f} s, {result.gflops:.2f} GFLOP/s)")
+    st = result.stats or {}
+    if result.mode == "out-of-core":
+        lines.append(f"out of core   {st['capacity']} of {inputs.nocc} integral slices cached on {result.device.type}, "
+                     f"{st['blocks']} blocks, hit rate {st['hit_rate']:.0%}, {st['bytes_loaded'] / 2**20:.1f} MB "
+                     "streamed")
+    elif result.mode == "distributed":
+        lines.append(f"ranks         {st['ranks']} ({st['backend']}), load imbalance {st['imbalance']:.2f} "
+                     f"(max/mean rank time; {st['predicted_imbalance']:.2f} by cost), "
+                     f"{st['bytes_fetched'] / 2**20:.2f} MB of integral slices fetched, "
+                     f"cache hit rate {st['hit_rate']:.0%}")
     if has_ccsd:
         lines.append(f"E(CCSD(T))    {inputs.e_ccsd + result.e_t:.10f} Eh")
     if result.e_t_pyscf is not None:
@@ -156,4 +363,4 @@ def report_lines(result: TriplesResult) -> list[str]:
     return lines
 
 
-__all__ = ["TriplesResult", "compute", "report_lines"]
+__all__ = ["TriplesResult", "compute", "launch", "rank_error_line", "report_lines"]

@@ -28,6 +28,10 @@
 * **Triton path** (:func:`triples_energy_triton`): the fused kernel of
   :mod:`torchhpc.triton_kernels.ccsdt`, one program per (occupied triple, virtual
   tile triple); only partial energies leave the kernel.
+* **out of core** (:mod:`torchhpc.ext.ccsdt.slices`): when ``max_memory`` cannot hold the in-core
+  operands (:func:`fits_in_core`), the torch path keeps the integrals in host memory and streams their
+  occupied slices through a bounded cache; with ``group=`` the triples are shared out over the ranks
+  of a process group (:mod:`torchhpc.ext.ccsdt.distributed`).
 * :func:`triples_energy` checks the inputs and runs what :func:`triples_backend` picks
   (``resolve_backend`` of :mod:`torchhpc.ext.core.dispatch`; ``auto``: Triton on CUDA for
   ``nvir <= 64``, torch otherwise).
@@ -198,13 +202,14 @@ class _Intermediates:
     def __init__(self, t1, t2, ovvv, ovoo, ovov, fock_ov):
         o, v = t1.shape
         self.nocc, self.nvir = o, v
-        # one strided copy per block into preallocated storage (torch.cat of permuted views copies twice)
-        self.AT = torch.empty((o, v + o, v * v), dtype=t1.dtype, device=t1.device)
-        self.BT = torch.empty_like(self.AT)
-        self.AT[:, :v].view(o, v, v, v).copy_(ovvv.permute(0, 2, 1, 3))  # [x, f, a, b] = (xa|fb)
-        self.AT[:, v:].view(o, o, v, v).copy_(t2.permute(1, 0, 3, 2))  # [x, m, a, b] = t2[m,x,b,a]
-        self.BT[:, :v].view(o, v, v, v).copy_(ovvv.permute(0, 2, 3, 1))  # [x, f, a, b] = (xb|fa)
-        self.BT[:, v:].view(o, o, v, v).copy_(t2.permute(1, 0, 2, 3))  # [x, m, a, b] = t2[m,x,a,b]
+        # ovvv=None: only the replicated O(o^2 v^2) part; AT/BT are then filled per block with the
+        # occupied slices the block needs (torchhpc.ext.ccsdt.slices: out-of-core and distributed)
+        self.AT = self.BT = None
+        if ovvv is not None:
+            # one strided copy per block into preallocated storage (torch.cat of permuted views copies twice)
+            self.AT = torch.empty((o, v + o, v * v), dtype=t1.dtype, device=t1.device)
+            self.BT = torch.empty_like(self.AT)
+            _fill_slices(self.AT, self.BT, ovvv, t2, slice(None))
         ovoo_pq = ovoo.permute(0, 2, 1, 3)  # [p, q, x, m] = (px|qm)
         self.TT = torch.cat([t2, -ovoo_pq], dim=3).contiguous()  # (o, o, v, v + o)
         self.TT2 = torch.cat([self.TT, self.TT.transpose(0, 1)], dim=2).contiguous()  # [TT[p,q]; TT[q,p]]
@@ -215,11 +220,40 @@ class _Intermediates:
         self.u = torch.stack([t1, fock_ov], dim=1).contiguous()  # (o, 2, v)
 
     def nbytes(self) -> int:
-        return sum(x.numel() * x.element_size() for x in (self.AT, self.BT, self.TT, self.TT2, self.H, self.u))
+        return sum(x.numel() * x.element_size() for x in (self.AT, self.BT, self.TT, self.TT2, self.H, self.u)
+                   if x is not None)
+
+
+def _fill_slices(AT: torch.Tensor, BT: torch.Tensor, ovvv: torch.Tensor, t2: torch.Tensor, xs) -> None:
+    """Write ``AT[x], BT[x]`` (layouts of :class:`_Intermediates`) for the occupied ``x`` in ``xs``.
+
+    ``ovvv`` holds the slices ``(xa|bc)`` for those ``x`` (``(n, v, v, v)``), ``AT``/``BT`` are
+    ``(n, v + o, v^2)`` and ``t2`` the whole ``(o, o, v, v)``.
+    """
+    n, v = ovvv.shape[0], ovvv.shape[1]
+    o = t2.shape[0]
+    AT[:, :v].view(n, v, v, v).copy_(ovvv.permute(0, 2, 1, 3))  # [x, f, a, b] = (xa|fb)
+    AT[:, v:].view(n, o, v, v).copy_(t2[:, xs].permute(1, 0, 3, 2))  # [x, m, a, b] = t2[m,x,b,a]
+    BT[:, :v].view(n, v, v, v).copy_(ovvv.permute(0, 2, 3, 1))  # [x, f, a, b] = (xb|fa)
+    BT[:, v:].view(n, o, v, v).copy_(t2[:, xs].permute(1, 0, 2, 3))  # [x, m, a, b] = t2[m,x,a,b]
 
 
 #: work buffers per triple in a block, each (v, v, v)
 _BUFFERS = 4
+
+
+def incore_bytes(nocc: int, nvir: int) -> int:
+    """Bytes of the in-core operands of :class:`_Intermediates` (``AT, BT`` dominate: ``2 o (v + o) v^2``)."""
+    o, v = nocc, nvir
+    return 8 * (2 * o * (v + o) * v * v + 3 * o * o * v * (v + o) + 2 * o * o * v * v + 2 * o * v)
+
+
+def fits_in_core(nocc: int, nvir: int, max_memory_mb: float, workers: int | None = 1) -> bool:
+    """True when ``max_memory`` holds the in-core operands and one triple's buffers per worker; else the
+    torch path runs out of core (:mod:`torchhpc.ext.ccsdt.slices`)."""
+    ntriples = nocc * (nocc + 1) * (nocc + 2) // 6 - nocc
+    workers = max(1, min(workers or torch.get_num_threads(), ntriples))
+    return incore_bytes(nocc, nvir) + workers * _BUFFERS * nvir**3 * 8 <= max_memory_mb * 2**20
 
 
 def _block_size(nocc: int, nvir: int, ntriples: int, max_memory_mb: float, fixed_bytes: int,
@@ -442,6 +476,8 @@ def triples_energy(
     num_threads: int | None = None,
     tile: int = 8,
     progress: bool = False,
+    group=None,
+    details: dict | None = None,
 ) -> float:
     """The closed-shell CCSD(T) perturbative-triples energy E(T), in Hartree.
 
@@ -466,13 +502,53 @@ def triples_energy(
         num_threads: the torch path's CPU worker threads (default ``torch.get_num_threads()``).
         tile: the Triton kernel's virtual tile edge (a power of two).
         progress: tqdm bar over the torch path's blocks.
+        group: a ``torch.distributed`` process group: the triples are shared out over its ranks
+            (:func:`torchhpc.ext.ccsdt.distributed.triples_energy_distributed`; every rank calls this
+            with the same arguments) and every rank gets E(T).
+        details: a dict to receive how the energy was computed: ``mode`` (``in-core``,
+            ``out-of-core`` — the torch path with the integral slices streamed through a cache
+            because the in-core operands exceed ``max_memory`` — or ``distributed``) and, for the
+            last two, ``stats`` (:class:`~torchhpc.ext.ccsdt.slices.SliceStats`) and ``ranks``.
 
     Raises:
         InputError: see :func:`check_inputs`; an unknown backend, or one that cannot run on the
-            device (:func:`triples_backend`); ``max_memory`` too small.
+            device (:func:`triples_backend`); ``max_memory`` too small even out of core.
+        DistributedError: with ``group``, a peer that does not answer within the group's timeout.
     """
-    arrays = check_inputs(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, device=device)
+    if group is not None:
+        from .distributed import triples_energy_distributed
+
+        run = triples_energy_distributed(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, group=group,
+                                         device=device, max_memory=max_memory, block_triples=block_triples,
+                                         progress=progress)
+        if details is not None:
+            details.update(mode="distributed", stats=run.stats, ranks=run.ranks)
+        return run.energy
+    shape = tuple(t1.shape) if hasattr(t1, "shape") else np.shape(t1)
+    dev = torch.device(device) if device is not None else (t1.device if isinstance(t1, torch.Tensor)
+                                                           else torch.device("cpu"))
+    out_of_core = False
+    if len(shape) == 2 and min(shape) >= 1 and not fits_in_core(*shape, max_memory,
+                                                                 num_threads if dev.type == "cpu" else 1):
+        try:  # only the torch path runs out of core; a bad backend is reported after the input checks
+            out_of_core = triples_backend(backend, shape[1], dev) == "torch"
+        except InputError:
+            pass
+    # out of core the integrals stay in host memory: check them there and move only the rest to the device
+    arrays = check_inputs(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, device="cpu" if out_of_core else device)
+    if out_of_core:
+        arrays = tuple(x if name == "ovvv" else x.to(dev) for x, name in zip(arrays, INPUT_NAMES, strict=True))
     backend = triples_backend(backend, arrays[0].shape[1], arrays[0].device)
+    if details is not None:
+        details["mode"] = "out-of-core" if out_of_core else "in-core"
+    if backend == "torch" and out_of_core:
+        from .slices import triples_energy_out_of_core
+
+        run = triples_energy_out_of_core(*arrays, max_memory=max_memory, block_triples=block_triples,
+                                         progress=progress)
+        if details is not None:
+            details["stats"] = run.stats
+        return run.energy
     if backend == "torch":
         return triples_energy_torch(*arrays, max_memory=max_memory, block_triples=block_triples,
                                     num_threads=num_threads, progress=progress)

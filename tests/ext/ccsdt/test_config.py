@@ -13,16 +13,20 @@ WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 
 
 def test_flags_keep_their_spellings():
-    """The generated flags are the ones torchhpc ccsdt always had (--atom, --frozen-core, --max-memory, ...)."""
+    """The generated flags are the ones torchhpc ccsdt always had (--atom, --frozen-core, --max-memory, ...),
+    plus --nproc and --timeout of the distributed (T)."""
     flags = {row[0] for row in describe_flags(CCSDTOptions)}
     assert flags == {"--atom", "--xyz", "--basis", "--charge", "--unit", "--frozen-core", "--inputs", "--device",
-                     "--backend", "--max-memory", "--threads", "--compare-pyscf", "--json", "--save-inputs"}
+                     "--backend", "--max-memory", "--threads", "--compare-pyscf", "--json", "--save-inputs",
+                     "--nproc", "--timeout"}
 
 
 @pytest.mark.parametrize(
     "kwargs, message",
     [
         ({"threads": 0}, "threads"),
+        ({"nproc": 0}, "nproc"),
+        ({"timeout": 0.0}, "timeout"),
         ({"max_memory": 0.0}, "max_memory"),
         ({"backend": "fortran"}, "backend"),
         ({"device": "tpu"}, "device"),
