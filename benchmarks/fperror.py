@@ -2,6 +2,7 @@
 
     python benchmarks/fperror.py                 # all, CPU
     python benchmarks/fperror.py --only fft_1024pt_sat,stencil_1M
+    python benchmarks/fperror.py --fptaylor      # against FPTaylor's published bounds (small FPBench)
 
 Per benchmark: operations, parse seconds, analysis seconds, peak RSS (MB), the largest bound over the
 outputs and whether it is all-order rigorous.  Satire itself does not install here; its README's
@@ -80,6 +81,7 @@ def _row(name: str, dag: ExprDAG, parse_s: float, dev: str, **kw) -> dict:
     return {"name": name, "ops": dag.num_ops, "parse_s": parse_s, "analyze_s": res.seconds, "peak_mb": res.peak_mb,
             "bound": res.max_abs_bound, "first_order": max(o.first_order for o in res.outputs),
             "rigorous": all(o.rigorous for o in res.outputs), "linear": res.linear, "cut_level": res.cut_level,
+            "linear_cut": res.linear_cut,
             "outputs": len(res.outputs)}
 
 
@@ -103,6 +105,39 @@ def small(args) -> None:
     write_results("fperror", "small_rounded_inputs", rows, out=args.out, params={"inputs": "rounded"})
 
 
+def fptaylor(args) -> None:
+    """Our bound against FPTaylor's published bounds (its regression results), in both rounding models."""
+    from torchhpc.ext.fperror.published import FPTAYLOR_BOUNDS, SOURCE_POWER2, SOURCE_STANDARD, load_input
+    from torchhpc.ext.fperror.reference import sampled_errors
+
+    rows = []
+    print(f"FPTaylor standard: {SOURCE_STANDARD}\nFPTaylor power2:   {SOURCE_POWER2}")
+    head = (f"{'benchmark':14s} {'FPTaylor std':>12s} {'ours std':>10s} {'ratio':>6s} {'FPTaylor p2':>12s} "
+            f"{'ours p2':>10s} {'ratio':>6s} {'sampled':>10s} {'s (std+p2)':>10s}")
+    print(head)
+    for name in sorted(FPTAYLOR_BOUNDS):
+        std_ref, p2_ref, src = FPTAYLOR_BOUNDS[name]
+        dag = load_input(name, DATA.parent)
+        res = {m: analyze(dag, rounding=m, bb_iters=60, bb_batch=512, time_budget_s=1e6) for m in ("standard", "power2")}
+        worst = [r.outputs[0].worst_point for r in res.values()]
+        rounded = bool((dag.urnd[dag.input_nodes] > 0).any())
+        obs = sampled_errors(dag, 300, seed=0, extra=worst, rounded_inputs=rounded)[0]
+        std, p2 = res["standard"].outputs[0].abs_bound, res["power2"].outputs[0].abs_bound
+        secs = res["standard"].seconds + res["power2"].seconds
+        rows.append({"name": name, "input": src, "fptaylor_standard": std_ref, "ours_standard": std,
+                     "ratio_standard": std / std_ref, "fptaylor_power2": p2_ref, "ours_power2": p2,
+                     "ratio_power2": p2 / p2_ref, "sampled_error": obs, "seconds": secs})
+        print(f"{name:14s} {std_ref:12.4e} {std:10.4e} {std / std_ref:6.3f} {p2_ref:12.4e} {p2:10.4e} "
+              f"{p2 / p2_ref:6.3f} {obs:10.3e} {secs:10.2f}", flush=True)
+    for key in ("standard", "power2"):
+        r = [x[f"ratio_{key}"] for x in rows]
+        print(f"{key}: max ratio {max(r):.3f}, tighter than FPTaylor (ratio < 0.9995) on "
+              f"{sum(v < 0.9995 for v in r)}/{len(r)}, equal to 0.05% on {sum(abs(v - 1) <= 5e-4 for v in r)}")
+    write_results("fperror", "fptaylor_published", rows, out=args.out,
+                  params={"inputs": "FPTaylor's (rounded reals; carbonGas: binary64)", "bb_iters": 60, "bb_batch": 512,
+                          "sources": [SOURCE_STANDARD, SOURCE_POWER2]})
+
+
 def main() -> None:
     ap = benchmark_parser(__doc__, repeats=1)
     ap.add_argument("--only", default="", help="comma-separated benchmark names")
@@ -110,7 +145,13 @@ def main() -> None:
     ap.add_argument("--small", action="store_true",
                     help="instead: every fptaylor_format benchmark with rounded inputs (FPTaylor's convention): "
                          "bound, first-order part, sampled error (300 points + worst points), seconds")
+    ap.add_argument("--fptaylor", action="store_true",
+                    help="instead: our bound against FPTaylor's published bounds (standard and power2 rounding "
+                         "models), with the sampled error, per benchmark")
     args = ap.parse_args()
+    if args.fptaylor:
+        fptaylor(args)
+        return
     if args.small:
         small(args)
         return

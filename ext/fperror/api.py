@@ -20,9 +20,9 @@ def _run(dag: ExprDAG, opts: BoundOptions, progress: bool = False) -> Analysis:
     res = analyze(dag, device=opts.device, bb_iters=opts.bb_iters, bb_batch=opts.bb_batch, bb_tol=opts.bb_tol,
                   bb_max_nodes=opts.bb_max_nodes, bb_max_inputs=opts.bb_max_inputs, time_budget_s=opts.time_budget,
                   top=opts.top, progress=progress, abstraction=opts.abstraction_window(), auto_depth=opts.abstraction_depth, linear=opts.linear,
-                  linear_max_work=opts.linear_max_work)
+                  linear_max_work=opts.linear_max_work, rounding=opts.rounding)
     res.options = {"inputs": opts.inputs, "bb_iters": opts.bb_iters, "bb_batch": opts.bb_batch,
-                   "abstraction": opts.abstraction, "linear": opts.linear}
+                   "abstraction": opts.abstraction, "linear": opts.linear, "rounding": opts.rounding}
     return res
 
 

@@ -38,6 +38,9 @@ class BoundOptions:
                               "nodes x inputs <= linear_max_work and the DAG is too big for branch and bound")
     linear_max_work: float = option(2e7, gt=0, flag="--linear-max-work",
                                     help="auto linear mode's limit on nodes x inputs (time grows with it)")
+    rounding: str = option("standard", choices=["standard", "power2"], flag="--rounding",
+                           help="each rounding errs by <= u|x| (standard) or <= u 2^floor(log2|x|), half an ulp of "
+                                "x's binade (power2: FPTaylor's default improved model, up to 2x tighter)")
     device: str = option("cpu", choices=["cpu", "cuda"], flag="--device", help="where the interval passes run")
     bb_iters: int = option(60, ge=0, le=100000, flag="--bb-iters",
                            help="branch-and-bound rounds (0: one interval pass over the whole box)")

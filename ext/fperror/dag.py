@@ -74,6 +74,49 @@ def is_representable(c: Fraction, bits: int) -> bool:
     return num.bit_length() <= mant
 
 
+_MANT = {16: 11, 32: 24, 64: 53, 128: 113}
+_EMIN = {16: -14, 32: -126, 64: -1022, 128: -16382}
+_EMAX = {16: 15, 32: 127, 64: 1023, 128: 16383}
+
+
+def round_to_bits(c: Fraction, bits: int) -> Fraction | None:
+    """``c`` rounded to nearest (ties to even) in the IEEE format with ``bits`` bits, exactly.
+
+    None when the result is not a normal number of that format (subnormal or overflow).
+    """
+    if c == 0:
+        return Fraction(0)
+    a = abs(c)
+    e = a.numerator.bit_length() - a.denominator.bit_length()  # 2^e <= a < 2^(e+2)
+    if Fraction(2) ** e > a:
+        e -= 1
+    elif Fraction(2) ** (e + 1) <= a:
+        e += 1
+    if e < _EMIN[bits]:
+        return None
+    scale = Fraction(2) ** (_MANT[bits] - 1 - e)
+    r = Fraction(round(a * scale)) / scale  # round() of a Fraction: exact, ties to even
+    if r >= Fraction(2) ** (_EMAX[bits] + 1):
+        return None
+    return r if c > 0 else -r
+
+
+def literal_rounding(c: Fraction, bits: int) -> float | None:
+    """An upper bound (a float) of the relative error |fl(c) - c| / |c| of rounding the literal ``c``.
+
+    The rounding of a literal is a known number, so its error term is that number, not u (<= u).
+    None where fl(c) is not a normal number (the u-and-underflow model applies then).
+    """
+    r = round_to_bits(c, bits)
+    if r is None or c == 0:
+        return None
+    rel = abs(r - c) / abs(c)
+    f = float(rel)
+    if Fraction(f) < rel:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
 def _pow2(c: Fraction) -> bool:
     c = abs(c)
     return c != 0 and (c.numerator & (c.numerator - 1)) == 0 and (c.denominator & (c.denominator - 1)) == 0
@@ -98,6 +141,9 @@ class ExprDAG:
     output_nodes: torch.Tensor
     const_values: dict[int, Fraction] = field(default_factory=dict)
     name: str = ""
+    # precision (16/32/64) a CONST node is rounded to, for the nodes whose ``urnd`` is their
+    # literal's exact relative rounding error rather than u (see ``literal_rounding``)
+    const_bits: dict[int, int] = field(default_factory=dict)
 
     @property
     def num_nodes(self) -> int:
@@ -142,6 +188,7 @@ class DagBuilder:
         self.input_names: list[str] = []
         self.input_nodes: list[int] = []
         self.const_values: dict[int, Fraction] = {}
+        self.const_bits: dict[int, int] = {}
 
     def _src(self, where: str | None) -> int:
         if where is None:
@@ -179,18 +226,28 @@ class DagBuilder:
         return i
 
     def const(self, c: Fraction, bits: int | None, where: str | None = None, name: str | None = None) -> int:
-        """The constant ``c``, rounded to ``bits`` when it is not representable (``bits=None``: taken exactly)."""
+        """The constant ``c``, rounded to ``bits`` when it is not representable (``bits=None``: taken exactly).
+
+        A rounded literal's error is known exactly: its ``urnd`` is |fl(c) - c| / |c| (rounded up,
+        at most u) instead of u, FPTaylor's treatment of constants made exact.
+        """
         u = 0.0 if bits is None or is_representable(c, bits) else UNIT_ROUNDOFF[bits]
         if u == 0.0 and bits is None and not is_binary64(c):
             # an exact constant must be a binary64 number for the evaluation to hold it: round it
             c = Fraction(float(c))
-        key = ("c", c, u)
+        key = ("c", c, bits if u else None)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         lo, hi = exact_interval(c)
-        i = self._push(CONST, -1, -1, u, UNDERFLOW[bits] if u else 0.0, lo, hi, where)
+        eta = UNDERFLOW[bits] if u else 0.0
+        rel = literal_rounding(c, bits) if u else None
+        if rel is not None:
+            u, eta = min(u, rel), 0.0
+        i = self._push(CONST, -1, -1, u, eta, lo, hi, where)
         self.const_values[i] = c
+        if rel is not None:
+            self.const_bits[i] = bits
         self._memo[key] = i
         return i
 
@@ -253,7 +310,7 @@ class DagBuilder:
             sources=list(self.sources), input_names=list(self.input_names),
             input_nodes=torch.tensor(self.input_nodes, dtype=torch.int64),
             outputs=[o for o, _ in outputs], output_nodes=torch.tensor([i for _, i in outputs], dtype=torch.int64),
-            const_values=dict(self.const_values), name=name,
+            const_values=dict(self.const_values), name=name, const_bits=dict(self.const_bits),
         )
 
 

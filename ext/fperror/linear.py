@@ -257,8 +257,12 @@ def linear_enclosures(dag: ExprDAG, groups, fw, dep: torch.Tensor, deriv):
     return Forward(vl, vh, pl, ph, wl, wh)
 
 
-def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.Tensor, deriv):
+def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.Tensor, deriv,
+                    cut_level: int | None = None):
     """Adjoints ``(lo, hi)`` of shape ``(N, C)`` for a linear DAG, in double-double midpoint-radius form.
+
+    With ``cut_level`` the pass stops at the cut (as :func:`.ops.reverse` does): nodes at or below it
+    get only what flows into them from above.
 
     Through input-dependent nodes the partial derivatives are the constants (+-1, a literal to 106
     bits), so the adjoints are exact path sums whose radius grows like 2^t x 2^-104 instead of the
@@ -282,13 +286,16 @@ def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.
     # the backward cone of the outputs: the other nodes have a zero adjoint and are skipped
     live = torch.zeros(n, dtype=torch.bool, device=dev)
     live[col_out] = True
-    for gi in range(len(groups.groups) - 1, -1, -1):
+    stop = -1
+    if cut_level is not None:
+        stop = max((gi for gi, lev in enumerate(groups.levels) if lev <= cut_level), default=-1)
+    for gi in range(len(groups.groups) - 1, stop, -1):
         op, idx, a, b = groups.groups[gi]
         lv = live[idx]
         live[a[lv]] = True
         if op in (ADD, SUB, MUL, DIV, MAX):
             live[b[lv]] = True
-    for gi in range(len(groups.groups) - 1, -1, -1):
+    for gi in range(len(groups.groups) - 1, stop, -1):
         op, idx, a, b = groups.groups[gi]
         sel = live[idx]
         if not bool(sel.any()):
@@ -333,3 +340,41 @@ def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.
                 h[ch], lo_part[ch], r[ch] = tot.h, tot.l, tot.r
     cm = h + lo_part
     return iv.down(iv.down(cm - r) - cm.abs() * 2.0 ** -52), iv.up(iv.up(cm + r) + cm.abs() * 2.0 ** -52)
+
+
+def reseed_above(dag: ExprDAG, groups, fw, err: torch.Tensor, cut_level: int, deriv):
+    """(V, P, W) enclosures with the forward error propagation restarted at the cut.
+
+    ``err`` ``(N, 1)``: a bound on |computed - exact| for every node at or below ``cut_level`` (the
+    cut nodes' from the signed path sums below the cut, see :func:`.ops.analyze`); the nodes above the
+    cut get theirs by the same forward propagation as :func:`linear_enclosures`, starting there, so
+    the absolute-path-sum growth spans only the part above the cut.
+    """
+    from .ops import Forward
+
+    vl, vh = fw.vl, fw.vh
+    u = dag.urnd.to(vl.device)[:, None]
+    eta = dag.eta.to(vl.device)[:, None]
+    e = err.clone()
+    wl, wh, pl, ph = fw.wl.clone(), fw.wh.clone(), fw.pl.clone(), fw.ph.clone()
+    low = (dag.level <= cut_level).to(vl.device)[:, None]
+    wl = torch.where(low, torch.maximum(wl, iv.down(vl - e)), wl)
+    wh = torch.where(low, torch.minimum(wh, iv.up(vh + e)), wh)
+    for gi, (op, idx, a, b) in enumerate(groups.groups):
+        if groups.levels[gi] <= cut_level:
+            continue
+        binary = op in (ADD, SUB, MUL, DIV, MAX)
+        ql, qh = (iv.div(wl[a], wh[a], wl[b], wh[b]) if op == DIV else (vl[idx], vh[idx]))
+        da, db = deriv(op, 0, None, None, ql, qh, wl[a], wh[a], wl[b] if binary else None,
+                       wh[b] if binary else None)
+        prop = iv.up(iv.mag(*da) * e[a])
+        if db is not None:
+            prop = iv.up(prop + iv.up(iv.mag(*db) * e[b]))
+        p_lo, p_hi = iv.down(vl[idx] - prop), iv.up(vh[idx] + prop)
+        uu, ee = u[idx], eta[idx]
+        own = torch.where(uu + ee > 0, iv.up(uu * iv.mag(p_lo, p_hi) + ee), 0.0)
+        ek = iv.up(prop + own)
+        e[idx] = ek
+        pl[idx], ph[idx] = p_lo, p_hi
+        wl[idx], wh[idx] = iv.down(vl[idx] - ek), iv.up(vh[idx] + ek)
+    return Forward(vl, vh, pl, ph, wl, wh), e

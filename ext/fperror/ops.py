@@ -70,6 +70,29 @@ class Groups:
     fanout: torch.Tensor
     levels: list[int] = field(default_factory=list)
     nonpos: torch.Tensor | None = None
+    # rounding="power2": (N, 1) bool, the nodes whose rounding error is bounded by u 2^floor(log2|w|)
+    power2: torch.Tensor | None = None
+
+
+def below_pow2(x: torch.Tensor) -> torch.Tensor:
+    """The largest power of two strictly below x for x > 0 (exact), 0 for 0, inf for inf.
+
+    If |w| <= M then rounding w to nearest errs by at most u times this: |w| < M lies in a binade
+    starting at most there, and |w| = M, when M is a power of two, is representable (error 0).
+    """
+    _, e = torch.frexp(x)  # x = m 2^e, m in [0.5, 1)
+    p = torch.ldexp(torch.ones_like(x), (e - 1).to(torch.int32))  # 2^floor(log2 x) <= x
+    p = torch.where(p == x, p / 2, p)
+    return torch.where(torch.isfinite(x) & (x > 0), p, x)
+
+
+def _magnitude(groups: Groups, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """sup |w| over [lo, hi]; under rounding="power2" the power of two below it instead (see
+    :func:`below_pow2`: round to nearest errs by at most u times that, FPTaylor's improved model)."""
+    m = iv.mag(lo, hi)
+    if groups.power2 is None:
+        return m
+    return torch.where(groups.power2, below_pow2(m), m)
 
 
 def make_groups(dag: ExprDAG) -> Groups:
@@ -327,10 +350,31 @@ def reverse(dag: ExprDAG, groups: Groups, vals: tuple, col_out: torch.Tensor,
 
     fan = groups.fanout.to(dev)
     seen_done = torch.zeros(n, dtype=torch.bool, device=dev)
+    top = int(dag.level[col_out].max()) if c else -1  # groups above every output have zero adjoints
+    # the outputs' backward cone (down to the cut): nodes outside it have a zero adjoint, skipped
+    live = torch.zeros(n, dtype=torch.bool, device=dev)
+    live[col_out] = True
     for gi in range(len(groups.groups) - 1, -1, -1):
         op, idx, a, b = groups.groups[gi]
+        if groups.levels[gi] > top:
+            continue
+        if cut_level is not None and groups.levels[gi] <= cut_level:
+            break
+        lv = live[idx]
+        live[a[lv]] = True
+        if op in (ADD, SUB, MUL, DIV, MAX):
+            live[b[lv]] = True
+    for gi in range(len(groups.groups) - 1, -1, -1):
+        op, idx, a, b = groups.groups[gi]
+        if groups.levels[gi] > top:
+            continue
         if cut_level is not None and groups.levels[gi] <= cut_level:
             break  # below the cut: the cut nodes' adjoints are complete, their errors come from forward_errors
+        sel = live[idx]
+        if not bool(sel.any()):
+            continue
+        if not bool(sel.all()):
+            idx, a, b = idx[sel], a[sel], b[sel]
         # the adjoint of these nodes is complete: widen it once for the summation round-off
         w = (fan[idx][:, None] * 2.0 ** -52) * slack[idx]
         gl = iv.down(adl[idx] - w)
@@ -429,20 +473,20 @@ def error_terms(dag: ExprDAG, groups: Groups, fw: Forward, col_out: torch.Tensor
 
     if linear_dep is not None:  # linear kernel: exact path-sum adjoints (see linear.linear_adjoints)
         from .linear import linear_adjoints
-        al, ah = linear_adjoints(dag, groups, fw, linear_dep, col_out, _deriv)
+        al, ah = linear_adjoints(dag, groups, fw, linear_dep, col_out, _deriv, cut_level)
     else:
         al, ah = _adjoint_widened(dag, groups, fw, col_out, col_box, "W", cut_level)
-    rig = iv.up(iv.up(u * col(iv.mag(fw.pl, fw.ph)) + eta) * iv.mag(al, ah))
+    rig = iv.up(iv.up(u * col(_magnitude(groups, fw.pl, fw.ph)) + eta) * iv.mag(al, ah))
     rig = torch.where(u + eta > 0, rig, 0.0)
     first = None
     if first_order:
         if linear_dep is not None:
             from .linear import linear_adjoints
             fv = Forward(fw.vl, fw.vh, fw.vl, fw.vh, fw.vl, fw.vh)
-            bl, bh = linear_adjoints(dag, groups, fv, linear_dep, col_out, _deriv)
+            bl, bh = linear_adjoints(dag, groups, fv, linear_dep, col_out, _deriv, cut_level)
         else:
             bl, bh = _adjoint_widened(dag, groups, fw, col_out, col_box, "V", cut_level)
-        first = torch.where(u > 0, u * col(iv.mag(fw.vl, fw.vh)) * iv.mag(bl, bh), 0.0)
+        first = torch.where(u > 0, u * col(_magnitude(groups, fw.vl, fw.vh)) * iv.mag(bl, bh), 0.0)
     if cut_level is not None:
         # below the cut each node's own rounding is already inside its forward error E; the cut
         # nodes (at or below the cut with a user above it) carry E times their adjoint
@@ -456,6 +500,120 @@ def error_terms(dag: ExprDAG, groups: Groups, fw: Forward, col_out: torch.Tensor
             bmag = iv.mag(bl, bh)
             first = torch.where(below, torch.where(is_out, col(cut_errors), bmag * col(cut_errors)), first)
     return rig, first
+
+
+def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, cut_level: int | None,
+                cut_err: torch.Tensor | None) -> torch.Tensor:
+    """Rigorous error bounds ``(C,)`` of the nodes ``cols`` (each taken as an output, box 0).
+
+    The same bound as ``upward_sum(error_terms(..., cols, ...)[0])`` (interval adjoints over W, the
+    nodes at or below ``cut_level`` carrying ``cut_err``), computed on the rows of the columns'
+    backward cone only, so that many columns deep in a large DAG cost their cone, not N.
+    """
+    n, c = dag.num_nodes, cols.numel()
+    dev = fw.vl.device
+    top = int(dag.level[cols].max())
+    live = torch.zeros(n, dtype=torch.bool, device=dev)
+    live[cols] = True
+    todo = []
+    for gi in range(len(groups.groups) - 1, -1, -1):
+        op, idx, a, b = groups.groups[gi]
+        if groups.levels[gi] > top:
+            continue
+        if cut_level is not None and groups.levels[gi] <= cut_level:
+            break
+        lv = live[idx]
+        if not bool(lv.any()):
+            continue
+        todo.append((op, idx[lv], a[lv], b[lv]))
+        live[a[lv]] = True
+        if op in (ADD, SUB, MUL, DIV, MAX):
+            live[b[lv]] = True
+    rows = live.nonzero().flatten()
+    nl = rows.numel()
+    pos = torch.full((n,), nl, dtype=torch.int64, device=dev)
+    pos[rows] = torch.arange(nl, device=dev)
+    adl = torch.zeros(nl + 1, c, dtype=torch.float64, device=dev)
+    adh = torch.zeros_like(adl)
+    slack = torch.zeros_like(adl)
+    adl[pos[cols], torch.arange(c, device=dev)] = 1.0
+    adh[pos[cols], torch.arange(c, device=dev)] = 1.0
+    done = torch.zeros(nl + 1, dtype=torch.bool, device=dev)
+    fan = groups.fanout.to(dev)
+    for op, idx, a, b in todo:
+        pi = pos[idx]
+        w = (fan[idx][:, None] * 2.0 ** -52) * slack[pi]
+        gl, gh = iv.down(adl[pi] - w), iv.up(adh[pi] + w)
+        done[pi] = True
+        binary = op in (ADD, SUB, MUL, DIV, MAX)
+        k = idx.numel()
+        al, ah = fw.wl[a, :1].expand(k, c), fw.wh[a, :1].expand(k, c)
+        bl = fw.wl[b, :1].expand(k, c) if binary else None
+        bh = fw.wh[b, :1].expand(k, c) if binary else None
+        da, db = _deriv(op, 0, None, None, fw.pl[idx, :1].expand(k, c), fw.ph[idx, :1].expand(k, c), al, ah, bl, bh)
+        for child, d in ((a, da), (b, db)):
+            if d is None:
+                continue
+            cl, ch = iv.mul(gl, gh, *d)
+            pc = pos[child]
+            adl.index_add_(0, pc, cl)
+            adh.index_add_(0, pc, ch)
+            slack.index_add_(0, pc, torch.maximum(cl.abs(), ch.abs()))
+    w = (fan[rows][:, None] * 2.0 ** -52) * slack[:nl]
+    leaf = ~done[:nl, None]
+    adl = torch.where(leaf, iv.down(adl[:nl] - w), adl[:nl])
+    adh = torch.where(leaf, iv.up(adh[:nl] + w), adh[:nl])
+    amag = iv.mag(adl, adh)
+    u = dag.urnd.to(dev)[rows][:, None]
+    eta = dag.eta.to(dev)[rows][:, None]
+    m = iv.mag(fw.pl[rows, :1], fw.ph[rows, :1])
+    if groups.power2 is not None:
+        m = torch.where(groups.power2[rows], below_pow2(m), m)
+    rig = torch.where(u + eta > 0, iv.up(iv.up(u * m + eta) * amag), 0.0)
+    if cut_level is not None:
+        below = (dag.level.to(dev)[rows] <= cut_level)[:, None]
+        rig = torch.where(below, iv.up(amag * cut_err[rows, :1]), rig)
+    return upward_sum(rig)
+
+
+def linear_cut(dag: ExprDAG, groups: Groups, fw: Forward, dep: torch.Tensor, segments: int = 3, chunk: int = 128):
+    """Cuts for a linear kernel whose all-order bound the forward error propagation spoils.
+
+    Forward propagation bounds |computed - exact| by sums of *absolute* path products, which on a
+    stable recurrence of t steps grow like 2^t while the signed sums stay bounded.  Cut at
+    ``segments - 1`` levels (each the level crossed by the fewest nodes in a window around k/segments
+    of the depth): each cut node's error is bounded by its own rigorous analysis down to the previous
+    cut (signed path sums, interval adjoints: :func:`error_terms` with the cut node as the output
+    and the previous cut's nodes carrying their errors), and the propagation restarts at every cut
+    (:func:`.linear.reseed_above`), so absolute growth spans one segment, not the whole depth.
+
+    Returns ``(last cut level, Forward, err)`` for :func:`error_terms`' ``cut_level``/``cut_errors``, or None.
+    """
+    from .linear import reseed_above
+
+    depth = int(dag.level.max()) if dag.num_nodes else 0
+    level = dag.level
+    err = torch.maximum(iv.up(fw.vl - fw.wl), iv.up(fw.wh - fw.vh))[:, :1].clone()
+    maxuse = level.clone()
+    for operand in (dag.lhs, dag.rhs):
+        ok = operand >= 0
+        maxuse.scatter_reduce_(0, operand[ok], level[ok], reduce="amax")
+    prev, cur = None, fw
+    half = max(1, depth // (2 * segments))
+    for m in range(1, segments):
+        mid = depth * m // segments
+        c = choose_cut(dag, (max(1, mid - half), max(1, mid + half)))
+        if c < 1 or (prev is not None and c <= prev):
+            continue
+        cut = ((level <= c) & (maxuse > c) & (dag.op > CONST)).nonzero().flatten()
+        for s in range(0, cut.numel(), chunk):
+            cols = cut[s:s + chunk]
+            err[cols, 0] = torch.minimum(err[cols, 0], cone_errors(dag, groups, cur, cols, prev, err))
+        cur, err = reseed_above(dag, groups, cur, err, c, _deriv)
+        prev = c
+    if prev is None:
+        return None
+    return prev, cur, err
 
 
 def upward_sum(t: torch.Tensor, dim: int = 0) -> torch.Tensor:
@@ -506,12 +664,13 @@ class Analysis:
     options: dict = field(default_factory=dict)
     cut_level: int | None = None
     linear: bool = False
+    linear_cut: int | None = None  # last level where a linear kernel's error propagation restarted
 
     def as_json(self) -> dict:
         return {"name": self.name, "ops": self.num_ops, "nodes": self.num_nodes, "seconds": self.seconds,
                 "peak_mb": self.peak_mb, "device": self.device, "options": self.options,
                 "abstraction_cut_level": self.cut_level, "linear_closed_form": self.linear,
-                "outputs": [o.as_json() for o in self.outputs]}
+                "linear_cut_level": self.linear_cut, "outputs": [o.as_json() for o in self.outputs]}
 
     @property
     def max_abs_bound(self) -> float:
@@ -560,7 +719,8 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
             bb_tol: float = 1e-3, bb_max_nodes: int = 20_000, bb_max_outputs: int = 16, bb_max_inputs: int = 12,
             time_budget_s: float = 30.0, top: int = 5, first_order: bool = True,
             progress: bool = False, abstraction: str | tuple[int, int] = "auto",
-            auto_depth: int = 500, linear: str = "auto", linear_max_work: float = 2e7) -> Analysis:
+            auto_depth: int = 500, linear: str = "auto", linear_max_work: float = 2e7,
+            rounding: str = "standard") -> Analysis:
     """Bound the round-off error of every output of ``dag`` over its input box.
 
     Small DAGs (<= ``bb_max_nodes`` nodes, <= ``bb_max_outputs`` outputs, <= ``bb_max_inputs`` free
@@ -579,6 +739,11 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
     (:func:`forward_errors`) and the adjoint pass runs above the cut only.  ``"auto"`` cuts DAGs
     deeper than ``auto_depth`` levels in the middle third of their depth; ``"off"`` never cuts.
 
+    Rounding model: ``"standard"`` bounds each rounding by ``u |w|``; ``"power2"`` by ``u 2^floor(log2
+    |w|)`` (half an ulp of w's binade, up to 2x less; FPTaylor's ``fp-power2-model``), for every
+    operation and rounded input (a rounded literal already carries its exact error).  Both are
+    rigorous; the sampled-error tests hold for both.
+
     Raises:
         InputError: a division by a range containing 0, log/sqrt outside its domain, overflow.
     """
@@ -588,6 +753,10 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
         torch.cuda.reset_peak_memory_stats(dev)
     dagd = dag.to(dev)
     groups = make_groups(dagd)
+    if rounding not in ("standard", "power2"):
+        raise InputError(f"rounding: expected standard or power2, got {rounding!r}")
+    if rounding == "power2":
+        groups.power2 = (dagd.op != CONST)[:, None]
     box = dagd.box[dagd.input_nodes]  # (n_in, 2)
     lo0, hi0 = box[:, :1].clone(), box[:, 1:].clone()
     point = dag.input_nodes.numel() == 0  # every input degenerate: the box is one point
@@ -654,6 +823,7 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
         if progress:
             from tqdm import tqdm
             bar = tqdm(total=n_out, desc="fperror outputs", unit="out")
+        lin_cut = None
         for s in range(0, n_out, chunk):
             outs = dagd.output_nodes[s:s + chunk]
             rig, first = error_terms(dagd, groups, fw0, outs, None, first_order, cut_level, cut_errors, linear_dep)
@@ -661,6 +831,17 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
                 rig = first
             tot = upward_sum(rig)
             ftot = first.sum(0) if first is not None else torch.full_like(tot, math.nan)
+            if (linear_used and rigorous and cut_level is None and first is not None
+                    and bool((tot > 2 * ftot).any())):
+                # the beyond-first-order part dominates: restart the error propagation at a cut
+                lin_cut = lin_cut or linear_cut(dagd, groups, fw0, linear_dep) or False
+                if lin_cut:
+                    rig2, _ = error_terms(dagd, groups, lin_cut[1], outs, None, False, lin_cut[0], lin_cut[2],
+                                          linear_dep)
+                    tot2 = upward_sum(rig2)
+                    better = tot2 < tot
+                    rig = torch.where(better[None], rig2, rig)
+                    tot = torch.minimum(tot, tot2)
             for j in range(outs.numel()):
                 o = int(outs[j])
                 rng = (float(fw0.vl[o, 0]), float(fw0.vh[o, 0]))
@@ -676,6 +857,7 @@ def analyze(dag: ExprDAG, *, device: str = "cpu", bb_iters: int = 60, bb_batch: 
     res = Analysis(dag.name, results, dag.num_ops, dag.num_nodes, time.perf_counter() - t0, peak, str(dev))
     res.cut_level = cut_level
     res.linear = linear_used
+    res.linear_cut = lin_cut[0] if (not use_bb and lin_cut) else None
     return res
 
 

@@ -37,6 +37,7 @@ from .dag import (
     TAN,
     TANH,
     ExprDAG,
+    round_to_bits,
 )
 
 _TORCH_FN = {SQRT: torch.sqrt, EXP: torch.exp, LOG: torch.log, SIN: torch.sin, COS: torch.cos, TAN: torch.tan,
@@ -63,7 +64,12 @@ def float_eval(dag: ExprDAG, pts: torch.Tensor) -> torch.Tensor:
             val[i] = _round(pts[inp[i]], urnd[i])
             continue
         if o == CONST:
-            val[i] = _round(torch.tensor(float(dag.const_values[i]), dtype=torch.float64), urnd[i])
+            bits = dag.const_bits.get(i)
+            c = dag.const_values[i]
+            if bits is not None:  # the literal rounded once, exactly, to its precision
+                val[i] = float(round_to_bits(c, bits))
+            else:
+                val[i] = _round(torch.tensor(float(c), dtype=torch.float64), urnd[i])
             continue
         x = val[a]
         if o == ADD:

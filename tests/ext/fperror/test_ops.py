@@ -29,10 +29,13 @@ def test_power_of_two_scaling_and_negation_are_exact():
 
 
 def test_inexact_literal_is_rounded_and_exact_literal_is_not():
-    """0.1 is not binary64 (one rounding, bound = u*0.1*sup|x|... = u/10 * 3); 0.5 is."""
+    """0.1 is not binary64: its exact rounding error |fl(0.1) - 0.1| times sup|x| = 3, plus the product's u*0.3; 0.5 is."""
+    from fractions import Fraction
     b1 = _bound("INPUTS { x fl64 : (1, 3); } OUTPUTS { y; } EXPRS { y rnd64 = 0.1 * x; }")
-    # two roundings: the literal (|0.1| u, times |x| <= 3) and the product (<= 0.3 u)
-    assert 0.6 * U <= b1 <= 0.6 * U * (1 + 1e-9)
+    # two roundings: the literal (its known error, |fl(0.1) - 0.1| < 0.1 u, times |x| <= 3) and the product (<= 0.3 u)
+    lit = float(abs(Fraction(0.1) - Fraction(1, 10)))
+    assert 3 * lit + 0.3 * U <= b1 <= (3 * lit + 0.3 * U) * (1 + 1e-9)
+    assert 3 * lit < 0.3 * U * 0.6  # tighter than the u|0.1| model
     assert _bound("INPUTS { x fl64 : (1, 3); } OUTPUTS { y; } EXPRS { y rnd64 = 0.5 * x; }") == 0.0
 
 
@@ -122,3 +125,46 @@ def test_tensor_adjoint_pass_matches_slow_reference(shared_data, path):
     slow = first_order_bound_slow(dag)[0]
     fast = analyze(dag, bb_iters=0).outputs[0].first_order
     assert fast == pytest.approx(slow, rel=1e-9)
+
+
+def test_literal_rounding_is_the_exact_error_of_the_literal():
+    """round_to_bits agrees with the hardware conversion (float(), numpy float32) and literal_rounding bounds |fl(c)-c|/|c|."""
+    import random
+    from fractions import Fraction
+
+    import numpy as np
+
+    from torchhpc.ext.fperror.dag import literal_rounding, round_to_bits
+    rng = random.Random(5)
+    for _ in range(2000):
+        c = Fraction(rng.randint(1, 10 ** 25), rng.randint(1, 10 ** 25)) * rng.choice([1, -1])
+        assert round_to_bits(c, 64) == Fraction(float(c))
+        r32 = round_to_bits(c, 32)
+        assert Fraction(float(np.float32(float(r32)))) == r32 and abs(r32 - c) <= abs(c) * Fraction(1, 2 ** 24)
+        rel = literal_rounding(c, 64)
+        assert Fraction(rel) >= abs(Fraction(float(c)) - c) / abs(c) and rel <= 2.0 ** -53
+
+
+def test_power2_rounding_model_by_hand():
+    """0.1*x on [2, 3], rounding="power2": 3|fl(0.1)-0.1| (the literal's exact error) + u/4 (product < 0.5)."""
+    from fractions import Fraction
+    dag = parse_satire("INPUTS { x fl64 : (2, 3); } OUTPUTS { y; } EXPRS { y rnd64 = 0.1 * x; }")
+    lit = float(abs(Fraction(0.1) - Fraction(1, 10)))
+    b = analyze(dag, rounding="power2").outputs[0].abs_bound
+    assert 3 * lit + U / 4 <= b <= (3 * lit + U / 4) * (1 + 1e-9)
+    # and never looser than the u|x| model
+    assert b <= analyze(dag).outputs[0].abs_bound
+
+
+def test_below_pow2_matches_a_brute_force():
+    """below_pow2(x): the largest power of two strictly below x, for normal, subnormal, 0 and inf."""
+    import torch
+
+    from torchhpc.ext.fperror.ops import below_pow2
+    xs = [1.0, 1.5, 2.0, 3.0, 0.3, 1e-310, 5e-324, 7.0, 8.0, 1e300]
+    got = below_pow2(torch.tensor(xs + [0.0, math.inf], dtype=torch.float64)).tolist()
+    for x, g in zip(xs, got, strict=False):
+        e = math.floor(math.log2(x)) if x > 1e-300 else math.frexp(x)[1] - 1
+        p = 2.0 ** e
+        assert g == (p / 2 if p == x else p), (x, g)
+    assert got[-2:] == [0.0, math.inf]

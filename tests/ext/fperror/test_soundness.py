@@ -61,3 +61,19 @@ def test_fpcore_benchmark_bound_is_sound_or_refused(shared_data, path):
         _check(path, "exact")
     except InputError as exc:
         assert "range" in str(exc) or "unsupported" in str(exc)
+
+
+POWER2 = ["exp1x_32", "hypot32", "test01_sum3", "test06_sums4_sum1", "x_by_xy", "i4", "delta4", "logexp", "sphere"]
+
+
+@pytest.mark.parametrize("stem", POWER2)
+def test_power2_rounding_model_is_sound(shared_data, stem):
+    """rounding="power2" (binary32 and binary64 files, transcendental ops): observed error <= bound <= the u|x| bound."""
+    path = DATA / "fptaylor_format" / f"{stem}.txt"
+    opts = dict(inputs="rounded", bb_iters=FAST.bb_iters, bb_batch=FAST.bb_batch, time_budget=FAST.time_budget)
+    res = analyze_file(path, options=BoundOptions(rounding="power2", **opts))
+    std = analyze_file(path, options=BoundOptions(**opts))
+    dag = load(path, inputs="rounded")
+    errs = sampled_errors(dag, 30, seed=5, extra=[o.worst_point for o in res.outputs], rounded_inputs=True)
+    for o, s, e in zip(res.outputs, std.outputs, errs, strict=True):
+        assert e <= o.abs_bound <= s.abs_bound, (o.name, e, o.abs_bound, s.abs_bound)
