@@ -1,29 +1,26 @@
 """Benchmark: ``torchhpc align`` (segalign) against LASTZ on the same inputs, in one run, recall beside time.
 
-Pairs: the four mitochondrial pairs of ``../shared/data/genomes`` (read there at run time),
-a simulated pair of ``--sim-length`` bases each (made here by
-:func:`torchhpc.ext.segalign.simulate.simulate_pair`, with inversions and duplications,
-written to a temporary folder) and, with ``--pairs ...,hpylori``, the two H. pylori strains.
-For each pair, same parameters on both sides (12of19, one transition, xdrop 910,
-hspthresh 3000, ydrop 9430, gappedthresh 3000, both strands, no chaining):
+Pairs (all six by default): the four mitochondrial pairs of ``../shared/data/genomes`` (read there
+at run time), a simulated pair of ``--sim-length`` bases each (made here by
+:func:`torchhpc.ext.segalign.simulate.simulate_pair`, with inversions and duplications, written to a
+temporary folder) and the two H. pylori strains.  Same parameters on both sides (12of19, one
+transition, xdrop 910, hspthresh 3000, ydrop 9430, gappedthresh 3000, both strands, no chaining):
 
-  * ungapped stage: ``lastz --nogapped`` vs ours ``--nogapped``; recall = share of LASTZ's
-    HSP base pairs that our HSPs cover;
-  * whole alignment: ``lastz`` (gapped) vs ours with ``--gapped-by lastz`` (our seeding and
-    filter, LASTZ's gapped stage from our HSPs, SegAlign's design) and ``--gapped-by native``
-    (torchhpc's Y-drop DP; by default only on pairs up to ``--native-max-bp``); recall = share
-    of the matching base pairs of LASTZ's MAF found in ours;
-  * on the simulated pair also the recall of the simulator's true aligned pairs, for LASTZ and us.
+  * whole alignment: ``lastz --format=maf-`` vs ours with the defaults (:func:`align_files` from the
+    FASTA files, as the command runs) on each of ``--threads``; MAF recall = share of the matching
+    base pairs of LASTZ's MAF found in ours, precision = share of the base pairs our MAF aligns that
+    LASTZ's MAF aligns too; on the simulated pair also the recall of the simulator's true pairs;
+  * ``--stages nogapped``: ``lastz --nogapped`` vs ours ``--nogapped`` (HSP recall);
+  * ``--stages handoff``: ours with ``--gapped-by lastz`` (SegAlign's design) in the whole-alignment row;
+  * with CUDA (``--device auto`` or ``cuda``): the whole alignment with the filter on the GPU.
 
 Times are wall seconds per run, timed in turns by :func:`torchhpc.ext.core.bench.time_interleaved`
-(LASTZ as a subprocess, ours in-process after the FASTA is read; with ``--threads 1`` both sides
-use one core); each row gives min / median / max over ``--repeats`` and the speed-up LASTZ / ours
-(> 1: we are faster).  With CUDA (``--device auto`` or ``cuda``) the ungapped stage and the
-whole alignment with ``--gapped-by lastz`` are also timed with the filter on the GPU (Triton kernel).
+(LASTZ as a subprocess, one core); each row gives min / median / max over ``--repeats`` and the
+speed-up LASTZ / ours (> 1: we are faster).
 
-    python benchmarks/segalign.py                                 # mito pairs + 2 Mbp simulated pair
-    python benchmarks/segalign.py --pairs mito                    # seconds
-    python benchmarks/segalign.py --pairs mito,sim,hpylori --threads 1 --repeats 3
+    python benchmarks/segalign.py                                  # the six pairs, ours on 1 thread
+    python benchmarks/segalign.py --pairs mito                     # seconds
+    python benchmarks/segalign.py --threads 1,2 --stages whole,nogapped,handoff --repeats 3
 
 Writes ``<out>/segalign/bench.json`` (the suite's results schema) and ``bench.png``.
 """
@@ -69,101 +66,129 @@ def keep_last(out: dict, key: str, fn):
     return call
 
 
+def maf_scores(ours_alns, ref_maf: str, truth=None) -> dict:
+    """MAF recall (share of LASTZ's matching pairs in ours) and precision (share of our aligned pairs in LASTZ's)."""
+    from torchhpc.ext.segalign.recall import pairs_from_alignments, pairs_from_maf, recall
+
+    rc = recall(pairs_from_alignments(ours_alns, matching=True), pairs_from_maf(ref_maf))
+    pr = recall(pairs_from_maf(ref_maf, matching=False), pairs_from_alignments(ours_alns))
+    out = {"recall": rc[0], "ref_pairs": rc[2], "precision": pr[0], "ours_pairs": pr[2], "blocks": len(ours_alns)}
+    if truth is not None:
+        out["truth_recall"] = recall(pairs_from_alignments(ours_alns), truth)[0]
+    return out
+
+
 def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device, truth=None) -> list[dict]:
-    """The rows of one pair: ungapped stage, whole alignment and (with CUDA) the GPU filter."""
-    from torchhpc.ext.segalign.align import align_sequences
+    """The rows of one pair: the whole alignment (ours with the defaults on each of ``--threads``, LASTZ
+    beside it), and with ``--stages`` the ungapped stage, the LASTZ hand-off and (with CUDA) the GPU filter."""
+    from torchhpc.ext.segalign.align import align_files, align_sequences
     from torchhpc.ext.segalign.config import AlignConfig
     from torchhpc.ext.segalign.fasta import read_fasta
-    from torchhpc.ext.segalign.recall import (
-        lastz_command,
-        pairs_from_alignments,
-        pairs_from_general,
-        pairs_from_maf,
-        recall,
-    )
+    from torchhpc.ext.segalign.recall import lastz_command, pairs_from_alignments, pairs_from_general, recall
 
     target, query = read_fasta(tpath), read_fasta(qpath)
     size = {"target_bp": target.total_bases, "query_bp": query.total_bases}
     paths = (str(tpath), str(qpath))
+    stages = set(args.stages.split(","))
     rows = []
 
-    # ---- ungapped stage
-    got: dict = {}
-    nog = time_interleaved({
-        "lastz": keep_last(got, "lastz", lambda: lastz_run(lastz_command(tpath, qpath, nogapped=True, fmt="general"))),
-        "ours": keep_last(got, "ours", lambda: align_sequences(target, query, AlignConfig(gapped=False))),
-    }, repeats=args.repeats, warmup=0)
-    ref_hsp = pairs_from_general(got["lastz"])
-    rc = recall(pairs_from_alignments(got["ours"].alignments), ref_hsp)
-    rows.append(result_row(f"{label} nogapped", nog, anchor="lastz", pair=label, stage="nogapped", **size,
-                           recall=rc[0], ref_pairs=rc[2], ours_hsps=len(got["ours"].alignments),
-                           lastz_hsps=got["lastz"].count("\n") - 1, stats=got["ours"].stats))
+    def ours(cfg, threads):
+        def call():
+            torch.set_num_threads(threads)
+            return align_files(tpath, qpath, cfg)
+        return call
 
-    # ---- whole alignment
-    got = {}
+    # ---- whole alignment with the defaults (FASTA reading included, as for LASTZ), LASTZ beside it
+    got: dict = {}
     cands = {"lastz": keep_last(got, "ref", lambda: lastz_run(lastz_command(tpath, qpath, nogapped=False,
                                                                             fmt="maf-")))}
-    bys = ["lastz"] + (["native"] if max(size.values()) <= args.native_max_bp else [])
-    for by in bys:
-        cands[f"ours_{by}"] = keep_last(got, by, lambda by=by: align_sequences(target, query,
-                                                                               AlignConfig(gapped_by=by), *paths))
-    gap = time_interleaved(cands, repeats=args.repeats, warmup=0)
-    ref_maf = pairs_from_maf(got["ref"])
-    extra: dict = {"lastz_blocks": got["ref"].count("a score")}
-    for by in bys:
-        res = got[by]
-        rc = recall(pairs_from_alignments(res.alignments, matching=True), ref_maf)
-        extra[f"ours_{by}_result"] = {"recall": rc[0], "ref_pairs": rc[2], "blocks": len(res.alignments),
-                                      "gapped_s": res.stats["gapped_seconds"], "backend": res.stats["backend"]}
-        if truth is not None:
-            extra[f"ours_{by}_result"]["truth_recall"] = recall(pairs_from_alignments(res.alignments), truth)[0]
+    for th in args.thread_list:
+        cands[f"ours_{th}t"] = keep_last(got, f"{th}t", ours(AlignConfig(), th))
+    if "handoff" in stages:
+        cands["ours_lastz_handoff"] = keep_last(got, "handoff", ours(AlignConfig(gapped_by="lastz"),
+                                                                     args.thread_list[0]))
+    whole = time_interleaved(cands, repeats=args.repeats, warmup=0)
+    ref_text = got["ref"]
+    extra: dict = {"lastz_blocks": ref_text.count("a score")}
+    for key in [f"{th}t" for th in args.thread_list] + (["handoff"] if "handoff" in stages else []):
+        res = got[key]
+        extra[f"ours_{key}_result"] = {**maf_scores(res.alignments, got["ref"], truth),
+                                       "filter_s": res.stats["filter_seconds"], "gapped_s": res.stats["gapped_seconds"],
+                                       "backend": res.stats["backend"], "gapped_by": res.stats["gapped_by"]}
     if truth is not None:
-        extra["lastz_truth_recall"] = recall(pairs_from_maf(got["ref"], matching=False), truth)[0]
-    rows.append(result_row(f"{label} gapped", gap, anchor="lastz", pair=label, stage="gapped", **size, **extra))
+        from torchhpc.ext.segalign.recall import pairs_from_maf
 
-    # ---- GPU: the filter with the Triton kernel (LASTZ's times from above are the anchor)
+        extra["lastz_truth_recall"] = recall(pairs_from_maf(got["ref"], matching=False), truth)[0]
+    rows.append(result_row(f"{label} whole", whole, anchor="lastz", pair=label, stage="whole", **size, **extra))
+    for key, r in extra.items():
+        if key.startswith("ours_"):
+            print(f"  {label}, {key[5:-7]}: MAF recall {100 * r['recall']:.2f} % of LASTZ's {r['ref_pairs']:,} "
+                  f"matching pairs, precision {100 * r['precision']:.2f} % of our {r['ours_pairs']:,} aligned pairs; "
+                  f"{r['blocks']} blocks (LASTZ {extra['lastz_blocks']}); filter {r['filter_s']:.2f} s, gapped "
+                  f"({r['gapped_by']}) {r['gapped_s']:.2f} s")
+
+    # ---- ungapped stage
+    if "nogapped" in stages:
+        got = {}
+        nog = time_interleaved({
+            "lastz": keep_last(got, "lastz", lambda: lastz_run(lastz_command(tpath, qpath, nogapped=True,
+                                                                             fmt="general"))),
+            "ours": keep_last(got, "ours", lambda: align_sequences(target, query, AlignConfig(gapped=False))),
+        }, repeats=args.repeats, warmup=0)
+        ref_hsp = pairs_from_general(got["lastz"])
+        rc = recall(pairs_from_alignments(got["ours"].alignments), ref_hsp)
+        rows.append(result_row(f"{label} nogapped", nog, anchor="lastz", pair=label, stage="nogapped", **size,
+                               recall=rc[0], ref_pairs=rc[2], ours_hsps=len(got["ours"].alignments),
+                               lastz_hsps=got["lastz"].count("\n") - 1, stats=got["ours"].stats))
+
+    # ---- GPU: the filter with the Triton kernel, the default gapped stage (LASTZ's time from above: the anchor)
     if device.type == "cuda":
         got = {}
         gpu = time_interleaved({
-            "ours_gpu": keep_last(got, "nog", lambda: align_sequences(target, query,
-                                                                       AlignConfig(gapped=False, device="cuda"))),
-            "ours_gpu_lastz": keep_last(got, "gap", lambda: align_sequences(
-                target, query, AlignConfig(gapped_by="lastz", device="cuda"), *paths)),
+            "ours_gpu": keep_last(got, "gap", lambda: align_sequences(target, query, AlignConfig(device="cuda"),
+                                                                      *paths)),
         }, repeats=args.repeats, warmup=1, sync=torch.cuda.synchronize)
-        rc_nog = recall(pairs_from_alignments(got["nog"].alignments), ref_hsp)[0]
-        rc_gap = recall(pairs_from_alignments(got["gap"].alignments, matching=True), ref_maf)[0]
-        rows.append(result_row(f"{label} gpu nogapped", {"lastz": nog["lastz"], "ours_gpu": gpu["ours_gpu"]},
-                               anchor="lastz", pair=label, stage="gpu nogapped", **size, recall=rc_nog,
-                               device=torch.cuda.get_device_name(), backend=got["nog"].stats["backend"]))
-        rows.append(result_row(f"{label} gpu gapped", {"lastz": gap["lastz"], "ours_gpu": gpu["ours_gpu_lastz"]},
-                               anchor="lastz", pair=label, stage="gpu gapped", **size, recall=rc_gap,
+        rows.append(result_row(f"{label} gpu whole", {"lastz": whole["lastz"], "ours_gpu": gpu["ours_gpu"]},
+                               anchor="lastz", pair=label, stage="gpu whole", **size,
+                               **maf_scores(got["gap"].alignments, ref_text),
                                device=torch.cuda.get_device_name()))
     print_rows(rows)
     return rows
 
 
 def warm_up() -> float:
-    """Run the CPU filter once on a tiny pair, so per-pair times exclude the kernels' one-off load."""
-    from torchhpc.ext.segalign.align import find_hsps
+    """Run the whole alignment once on a tiny pair, so per-pair times exclude the kernels' one-off load."""
+    from torchhpc.ext.segalign.align import align_sequences
     from torchhpc.ext.segalign.config import AlignConfig
     from torchhpc.ext.segalign.fasta import from_strings
     from torchhpc.ext.segalign.simulate import simulate_pair
 
     sim = simulate_pair(3000, seed=0)
     t0 = time.perf_counter()
-    find_hsps(from_strings({"t": sim.target}), from_strings({"q": sim.query}), AlignConfig(gapped=False))
+    align_sequences(from_strings({"t": sim.target}), from_strings({"q": sim.query}), AlignConfig())
     return time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
     p = benchmark_parser(__doc__, repeats=1)
-    p.add_argument("--pairs", default="mito,sim", help="comma-separated from: mito, sim, hpylori (default mito,sim)")
+    p.add_argument("--pairs", default="mito,sim,hpylori",
+                   help="comma-separated from: mito, sim, hpylori (default: all six pairs)")
     p.add_argument("--sim-length", type=int, default=2_000_000, help="bases of the simulated target (default 2e6)")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated pair (default 1)")
-    p.add_argument("--native-max-bp", type=int, default=100_000,
-                   help="run the native gapped path on pairs up to this size (default 100000)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads for ours; lastz is single-threaded (default 1)")
+    p.add_argument("--threads", default="1",
+                   help="comma-separated torch thread counts for ours, e.g. 1,2; lastz is single-threaded (default 1)")
+    p.add_argument("--stages", default="whole",
+                   help="comma-separated from: whole (always), nogapped (lastz --nogapped vs ours), handoff "
+                        "(ours with --gapped-by lastz)")
     args = p.parse_args(argv)
+    try:
+        args.thread_list = [int(x) for x in args.threads.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--threads {args.threads!r}: expected comma-separated integers")
+    if not args.thread_list or min(args.thread_list) < 1:
+        p.error("--threads: at least one count, each >= 1")
+    if set(args.stages.split(",")) - {"whole", "nogapped", "handoff"}:
+        p.error(f"--stages {args.stages!r}: choose from whole, nogapped, handoff")
     from torchhpc.ext.core.device import pick_device
     from torchhpc.ext.core.dispatch import resolve_backend
     from torchhpc.ext.segalign.config import BACKENDS
@@ -177,10 +202,10 @@ def main(argv=None) -> int:
     unknown = wanted - {"mito", "sim", "hpylori"}
     if unknown:
         p.error(f"unknown pair set {sorted(unknown)[0]!r}")
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.thread_list[0])
     device = pick_device(args.device)
     cpu_backend = resolve_backend("auto", torch.device("cpu"), choices=BACKENDS)
-    print(f"segalign vs lastz ({args.threads} torch thread(s); CPU filter kernel: {cpu_backend}; "
+    print(f"segalign vs lastz (ours on {args.threads} torch thread(s); CPU filter kernel: {cpu_backend}; "
           f"load average {os.getloadavg()[0]:.1f})")
     warm_s = warm_up()
     if cpu_backend == "numba":
@@ -210,19 +235,17 @@ def main(argv=None) -> int:
     path = write_results("segalign", "bench", rows, out=args.out, params={
         "pairs": sorted(wanted), "threads": args.threads, "repeats": args.repeats, "cpu_backend": cpu_backend,
         "kernel_warm_up_s": warm_s, "lastz": lastz_version, "sim_length": args.sim_length,
-        "sim_seed": args.sim_seed, "native_max_bp": args.native_max_bp,
+        "sim_seed": args.sim_seed, "stages": args.stages,
         "load_average_1min_end": os.getloadavg()[0]})
     if rows:
-        by_stage = {r["stage"]: {} for r in rows}
-        for r in rows:
-            by_stage[r["stage"]][r["pair"]] = r
-        pairs = list(by_stage["nogapped"])
-        series = {"lastz --nogapped": [by_stage["nogapped"][x]["lastz"]["median_s"] for x in pairs],
-                  "ours --nogapped": [by_stage["nogapped"][x]["ours"]["median_s"] for x in pairs],
-                  "lastz gapped": [by_stage["gapped"][x]["lastz"]["median_s"] for x in pairs],
-                  "ours + lastz gapped": [by_stage["gapped"][x]["ours_lastz"]["median_s"] for x in pairs]}
+        whole = [r for r in rows if r["stage"] == "whole"]
+        pairs = [r["pair"] for r in whole]
+        series = {"lastz": [r["lastz"]["median_s"] for r in whole]}
+        for th in args.thread_list:
+            series[f"ours, {th} thread(s)"] = [r[f"ours_{th}t"]["median_s"] for r in whole]
         bar_plot(path.with_suffix(".png"), pairs, series, ylabel="wall seconds (median)", logy=True,
-                 title="segalign vs LASTZ, same inputs and parameters", highlight="ours --nogapped")
+                 title="segalign vs LASTZ: whole alignment, same inputs and parameters",
+                 highlight=f"ours, {args.thread_list[0]} thread(s)")
         print(f"wrote {path.with_suffix('.png')}")
     return 0
 

@@ -4,7 +4,7 @@
     query.fa  --read--> codes (+ reverse complement for --strand minus/both)
         for each strand, for each query interval (``interval`` windows):
             seed_hits (batches of <= max_hits) -> ungapped_hsps (X-drop filter)
-        HSPs --gapped_by native--> ydrop_align (torchhpc.ext.segalign.gapped)
+        HSPs --gapped_by auto/native/numba/numpy--> gapped_alignments (torchhpc.ext.segalign.gapped)
              --gapped_by lastz---> lastz --segments=... (torchhpc.ext.segalign.lastz)
              --nogapped----------> written as they are
 """
@@ -40,6 +40,24 @@ class AlignResult:
     stats: dict
 
 
+def _rank_world() -> tuple[int, int]:
+    """This process's rank and the number of ranks (0, 1 without an initialised process group)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _all_gather(obj) -> list:
+    """Every rank's ``obj`` (picklable), in rank order."""
+    import torch.distributed as dist
+
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
               query_rc: SequenceSet | None = None) -> tuple[dict[str, HSPs], dict]:
     """Seeding and the ungapped filter on both strands -> ``{"+": HSPs, "-": HSPs}`` and counters.
@@ -72,6 +90,9 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
              for strand in strands for s in range(0, qcodes[strand].numel(), cfg.interval)]
     # numba: seed look-ups and hits as tensor ops (vectorised gathers), the filter compiled; or, with
     # cfg.fused, seeding and filter in one compiled pass (no tensors of hits: least memory)
+    # under torchrun each rank filters every world-th task; the results are gathered and merged in task order
+    rank, world = _rank_world()
+    all_tasks, tasks = tasks, tasks[rank::world]
     fused = backend == "numba" and cfg.fused and index.offsets is not None
     stats["fused"] = fused
     # with several CPU threads the compiled filter runs whole intervals side by side (exact: intervals
@@ -107,12 +128,17 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
         results = [run(task) for task in tasks]
     if bar is not None:
         bar.close()
+    if world > 1:
+        mine = [[(h.to("cpu"), st) for h, st in res] for res in results]
+        gathered = _all_gather(mine)
+        results = [gathered[i % world][i // world] for i in range(len(all_tasks))]
+        tasks = all_tasks
     parts: dict[str, list[HSPs]] = {strand: [] for strand in strands}
     for (strand, _, _), res in zip(tasks, results, strict=True):
         for h, st in res:
             for k in ("hits", "extended", "rounds"):
                 stats[k] += st[k]
-            parts[strand].append(h)
+            parts[strand].append(h.to(dev))
     out = {strand: remove_contained(HSPs.cat(parts[strand], strand)).to("cpu") for strand in strands}
     stats["filter_seconds"] = time.perf_counter() - t0
     stats["hsps"] = {k: len(v) for k, v in out.items()}
@@ -123,10 +149,16 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
                     target_path: str | None = None, query_path: str | None = None) -> AlignResult:
     """The whole pipeline on loaded sequences (the paths are needed only for ``gapped_by='lastz'``)."""
     cfg.check()
+    # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
+    threads = torch.get_num_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
     hsps, stats = find_hsps(target, query, cfg, query_rc)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
     sets = {"+": query, "-": query_rc}
     t0 = time.perf_counter()
+    # what ran for the gapped stage: None (--nogapped), lastz, numba or numpy
+    stats["gapped_by"] = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else None
     if not cfg.gapped:
         alns = []
         for strand, h in hsps.items():
@@ -138,11 +170,17 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
             raise InputError("gapped_by='lastz' needs the FASTA paths (lastz reads the files itself)")
         alns = lastz_gapped(hsps, target, sets, target_path, query_path, cfg)
     else:
-        from .gapped import gapped_alignments
+        from .gapped import gapped_alignments, gapped_kernel
 
-        alns = []
-        for strand, h in hsps.items():
-            alns += gapped_alignments(h, target, sets[strand], cfg)
+        kernel = stats["gapped_by"] = gapped_kernel(cfg.gapped_by)
+        # under torchrun the strands go to ranks in turn and the alignments are gathered in strand order
+        rank, world = _rank_world()
+        per_strand = [gapped_alignments(h, target, sets[strand], cfg, kernel=kernel, threads=threads)
+                      if i % world == rank else None for i, (strand, h) in enumerate(hsps.items())]
+        if world > 1:
+            gathered = _all_gather(per_strand)
+            per_strand = [gathered[i % world][i] for i in range(len(per_strand))]
+        alns = [a for part in per_strand for a in part]
     stats["gapped_seconds"] = time.perf_counter() - t0
     stats["alignments"] = len(alns)
     return AlignResult(alns, hsps, target, query, stats)

@@ -34,6 +34,9 @@ MAX_SEED_WEIGHT = 31
 #: the filter kernels (``--backend``); ``auto`` picks Triton on CUDA, numba on the CPU where installed
 BACKENDS = ("torch", "triton", "numba")
 
+#: gapped-extension paths (``--gapped-by``); ``auto`` and ``native`` pick numba where installed, else numpy
+GAPPED_BY = ("auto", "native", "numba", "numpy", "lastz")
+
 #: output formats of ``torchhpc align``
 FORMATS = ("maf", "maf-", "general", "segments")
 
@@ -62,8 +65,9 @@ class AlignConfig:
                            neg_flag="--noentropy")
     gapped: bool = option(True, help="run gapped extension (--nogapped: stop after the filter and write the HSPs)",
                           neg_flag="--nogapped")
-    gapped_by: str = option("native", help="gapped extension by torchhpc's Y-drop DP (native) or by an installed "
-                                           "lastz --segments (lastz)", choices=("native", "lastz"))
+    gapped_by: str = option("auto", help="gapped extension: auto or native (torchhpc's Y-drop DP, compiled by numba "
+                                         "where installed, else NumPy), numba, numpy (the readable reference) or "
+                                         "an installed lastz --segments (lastz)", choices=GAPPED_BY)
     ydrop: int = option(9430, help="gapped Y-drop", gt=0)
     gappedthresh: int | None = option(None, help="gapped alignment score threshold (null: the same as --hspthresh)",
                                       gt=0)
@@ -146,6 +150,8 @@ class AlignCommand(AlignConfig):
                                      "segments (LASTZ --segments input, one HSP a line)", choices=FORMATS)
     stats: bool = option(False, help="print counters, timings and the backend that ran as JSON on standard error")
     threads: int | None = option(None, help="CPU threads (null: torch's default)", ge=1)
+    dist_timeout: float = option(600.0, help="under torchrun: seconds a rank waits for the others before the job "
+                                             "fails (a rank that died)", gt=0)
 
 
 @dataclass
@@ -159,4 +165,4 @@ class SegalignTour:
             _check_field(self, f)
 
 
-__all__ = ["BACKENDS", "FORMATS", "MIN_SEED_WEIGHT", "AlignCommand", "AlignConfig", "SegalignTour"]
+__all__ = ["BACKENDS", "FORMATS", "GAPPED_BY", "MIN_SEED_WEIGHT", "AlignCommand", "AlignConfig", "SegalignTour"]

@@ -29,11 +29,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from torchhpc.ext.core.errors import InputError
+
 from .fasta import SEPARATOR, SequenceSet
 from .ops import HSPs
 from .output import Alignment
 
 NEG = -(1 << 29)
+
+NUMPY_MAX_BATCH = 256
+"""Largest batch of anchors of the NumPy kernel (a step of the batch costs about the same for 1 or 256)."""
+
+NUMBA_MAX_BATCH = 8
+"""Largest batch of anchors of the numba kernel (its extensions run side by side on ``--threads``)."""
 
 
 def ydrop_extend(
@@ -200,6 +208,23 @@ def ydrop_extend(
     return best, paths_t, paths_q
 
 
+def gapped_kernel(gapped_by: str) -> str:
+    """The kernel ``--gapped-by`` runs: ``numba`` for auto/native/numba where numba is installed, else ``numpy``.
+
+    Raises:
+        InputError: ``numba`` asked for where numba is not installed.
+    """
+    from .cpu_kernels import numba_available
+
+    if gapped_by == "numpy":
+        return "numpy"
+    if numba_available():
+        return "numba"
+    if gapped_by == "numba":
+        raise InputError("--gapped-by numba needs numba (pip install numba); --gapped-by auto runs the NumPy version")
+    return "numpy"
+
+
 def hsp_anchors(h: HSPs) -> tuple[torch.Tensor, torch.Tensor]:
     """The anchor of each HSP: its middle cell ``(t, q)`` (concatenated coordinates)."""
     half = h.length // 2
@@ -213,8 +238,19 @@ def _alignment_text(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, q
 
 
 def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, band: int = 128,
-                      first_batch: int = 1, max_batch: int = 256) -> list[Alignment]:
-    """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set."""
+                      first_batch: int = 1, max_batch: int | None = None, kernel: str = "numpy",
+                      threads: int = 1) -> list[Alignment]:
+    """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set.
+
+    ``kernel``: ``numpy`` (:func:`ydrop_extend`, every extension of a batch in lock step) or ``numba``
+    (:func:`.gapped_kernels.ydrop_extend_numba`, the same cells compiled, ``threads`` extensions of a
+    batch side by side).  Both give the same alignments for the same batches.  Batches double from
+    ``first_batch`` up to ``max_batch`` (default: 256 for numpy, whose cost is per step of a batch; 8 for
+    numba, whose cost is per extension, so that fewer anchors of one batch extend along the same
+    alignment); the batches do not depend on ``threads``, so neither do the alignments.
+    """
+    if max_batch is None:
+        max_batch = NUMBA_MAX_BATCH if kernel == "numba" else NUMPY_MAX_BATCH
     if len(h) == 0:
         return []
     sc = cfg.scoring_scheme()
@@ -229,21 +265,30 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ban
     cover = np.full(q_codes.size, -1, dtype=np.int64)
     results: list[tuple[int, np.ndarray, np.ndarray]] = []
     pos, batch, n = 0, first_batch, at.size
+    if kernel == "numba":
+        from .gapped_kernels import ydrop_extend_numba
+
+        def extend(*args):
+            return ydrop_extend_numba(*args, threads=threads)
+    else:
+        extend = ydrop_extend
     while pos < n:
         # the next `batch` anchors not lying on an alignment already found (LASTZ skips those too)
-        rest = np.arange(pos, n)
-        free = rest[cover[aq[rest]] != at[rest]]
-        if free.size == 0:
+        picked = []
+        while pos < n and len(picked) < batch:
+            if cover[aq[pos]] != at[pos]:
+                picked.append(pos)
+            pos += 1
+        if not picked:
             break
-        cand = free[:batch]
-        pos = int(cand[-1]) + 1
+        cand = np.array(picked, dtype=np.int64)
         k = cand.size
         bt, bq = at[cand], aq[cand]
         starts_t = np.concatenate([bt, bt - 1])
         starts_q = np.concatenate([bq, bq - 1])
         dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
-        best, pt, pq = ydrop_extend(t_codes, q_codes, starts_t, starts_q, dirs, table, sc.gap_open,
-                                    sc.gap_extend, cfg.ydrop, band, cover)
+        best, pt, pq = extend(t_codes, q_codes, starts_t, starts_q, dirs, table, sc.gap_open, sc.gap_extend,
+                              cfg.ydrop, band, cover)
         for m in np.argsort(-(best[:k] + best[k:]), kind="stable"):
             score = int(best[m] + best[k + m])
             if score < thresh:

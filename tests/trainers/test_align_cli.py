@@ -9,6 +9,8 @@ import pytest
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.segalign.config import BACKENDS
+from torchhpc.ext.segalign.cpu_kernels import numba_available
+from torchhpc.ext.segalign.gapped import gapped_kernel
 from torchhpc.ext.segalign.lastz import read_maf
 from torchhpc.ext.segalign.recall import lastz_available
 from torchhpc.ext.segalign.simulate import simulate_pair
@@ -34,7 +36,8 @@ def test_help_names_lastz_options(cli):
 
 
 def test_align_writes_maf_both_strands(cli, pair, tmp_path):
-    """The default run writes MAF blocks on both strands and --stats prints JSON counters."""
+    """The default run writes MAF blocks on both strands and --stats prints JSON counters, naming the filter
+    kernel and the gapped-extension kernel that ran (numba where installed)."""
     out = tmp_path / "out.maf"
     res = cli("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
     assert res.returncode == 0, res.stderr[-2000:]
@@ -43,6 +46,7 @@ def test_align_writes_maf_both_strands(cli, pair, tmp_path):
     stats = json.loads(res.stderr.strip().splitlines()[-1])
     assert stats["alignments"] == len(alns) and stats["hits"] > 0
     assert stats["backend"] == resolve_backend("auto", "cpu", choices=BACKENDS)  # what ran, not a guess
+    assert stats["gapped_by"] == gapped_kernel("auto") == ("numba" if numba_available() else "numpy")
 
 
 def test_stats_name_the_backend_asked_for(cli, pair):

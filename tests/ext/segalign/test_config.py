@@ -75,7 +75,7 @@ def test_command_is_an_align_config(tmp_path):
     assert issubclass(AlignCommand, AlignConfig)
     common = {f.name for f in dataclasses.fields(AlignConfig)}
     own = {f.name for f in dataclasses.fields(AlignCommand)} - common
-    assert own == {"target", "query", "output", "format", "stats", "threads"}
+    assert own == {"target", "query", "output", "format", "stats", "threads", "dist_timeout"}
     path = tmp_path / "a.yaml"
     path.write_text("target: t.fa\nquery: q.fa\nmax_hits: 0\n")
     with pytest.raises(ConfigError, match="max_hits"):
