@@ -5,6 +5,7 @@
         --config configs/kraken/synthetic.yaml                          # rows sharded over 2 ranks
     torchhpc kraken serve --checkpoint-dir runs/kraken/<id>/checkpoints  # a serving replica
     torchhpc kraken bench --steps 1500                                  # vs torchrec EBC / MC-EBC
+    torchhpc kraken bench --stream criteo --path day_0.gz               # the same, on your own log
 
 Training scores every batch before learning from it (progressive validation:
 windowed AUC and log-loss in ``metrics.jsonl``), writes a delta checkpoint (rows
@@ -12,8 +13,10 @@ changed since the last one) every ``checkpoint.delta_every`` steps and a full on
 every ``checkpoint.full_every``; ``--run.resume --run.run-id <id>`` continues
 exactly where the last checkpoint left off.  The serving replica loads those files
 as they appear and answers requests from the same stream in between, printing how
-stale it is.  Every option is a flag (``--tables.max-rows 300``) and a key of the
-config file; the job itself lives in :mod:`torchhpc.ext.kraken.jobs`.
+stale it is.  A Criteo-format log (TSV, ``.gz`` or Parquet: ``--stream.source criteo
+--stream.path FILE``) is read by pyarrow in a background thread.  Every option is a
+flag (``--tables.max-rows 300``) and a key of the config file; the job itself lives
+in :mod:`torchhpc.ext.kraken.jobs`.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def run_serve(opts: ServeOptions) -> int:
 
 
 def run_bench(opts: BenchOptions) -> int:
-    """``kraken bench``: AUC and memory against torchrec on one stream."""
+    """``kraken bench``: AUC and memory against torchrec on one stream (synthetic, or a Criteo-format log)."""
     from torchhpc.ext.kraken.bench import run_comparison
 
     res = run_comparison(opts)
@@ -61,7 +64,8 @@ def register(sub) -> None:
                    help="continual training from a config (torchrun: sharded over ranks)")
     config_command(ksub, "serve", ServeOptions, run_serve, help="a serving replica that follows a run's checkpoints")
     config_command(ksub, "bench", BenchOptions, run_bench,
-                   help="AUC and memory vs torchrec EBC (full, hashed) and MC-EBC on one stream")
+                   help="AUC and memory vs torchrec EBC (full, hashed) and MC-EBC on one stream "
+                        "(synthetic, or your Criteo-format log: --stream criteo --path FILE)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -375,3 +375,160 @@ def sparse_row_update(
         float(1.0 - beta1**step), float(1.0 - beta2**step),
         KIND=kind, BLOCK_D=_block_d(D),
     )
+
+
+# ----------------------------------------------------------------------------- table-batched (TBE) kernels
+#
+# The tables of a kraken collection live side by side in one store (``RowStore``: weight ``(R, D)``,
+# row-wise state ``v (R,)``), and a batch's values carry the store row of their ID (``-1``: no row, which
+# reads zeros).  So every feature of every table is pooled by ONE launch, and the backward of all of
+# them fused with the row-wise AdaGrad update of every touched row is ONE more launch:
+#
+#     rows      [r7, r3 | -1 | r1, r7, r9 | ...]      store row of every value (all features)
+#     offsets   [0,     2,   3,           6, ...]     bags of feature 0, then feature 1, ... (K*B + 1)
+#
+#     forward:  out[b] = sum_{e in bag b, rows[e] >= 0} psw[e] * weight[rows[e]]   (/ len for mean)
+#     backward: g[r]   = sum_{e: rows[e] = r} psw[e] * grad_out[bag(e)] (/ len)      (one program per row r)
+#               v[r] += mean(g[r]**2);  weight[r] -= lr * g[r] / (sqrt(v[r]) + eps)
+
+
+@triton.jit
+def _tbe_pool_kernel(
+    weight_ptr,  # (R, D) every table's rows
+    rows_ptr,  # (nnz,) int64 store row of each value, -1: no row (reads zeros)
+    offsets_ptr,  # (K*B + 1,) int64 bag boundaries, feature after feature
+    psw_ptr,  # (nnz,) per-sample weights (read only when HAS_PSW)
+    out_ptr,  # (K*B, D) pooled bags
+    D,
+    stride_w,
+    stride_o,
+    HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # 1. program id -> (bag of any feature, column block)
+    bag = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    start = tl.load(offsets_ptr + bag)
+    end = tl.load(offsets_ptr + bag + 1)
+    acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    # 2. gather BLOCK_N rows at a time straight from the store (no copy of the touched rows), masked for -1
+    for j in range(start, end, BLOCK_N):
+        ent = j + tl.arange(0, BLOCK_N)
+        rows = tl.load(rows_ptr + ent, mask=ent < end, other=-1)
+        live = rows >= 0
+        tile = tl.load(weight_ptr + tl.maximum(rows, 0)[:, None] * stride_w + cols[None, :],
+                       mask=live[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        if HAS_PSW:
+            tile = tile * tl.load(psw_ptr + ent, mask=live, other=0.0).to(tl.float32)[:, None]
+        acc += tl.sum(tile, axis=0)
+    # 3. mean pooling divides by the bag length (empty bags stay zero)
+    if MEAN:
+        acc = acc / tl.maximum(end - start, 1).to(tl.float32)
+    tl.store(out_ptr + bag * stride_o + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
+
+
+@triton.jit
+def _tbe_backward_rowwise_adagrad_kernel(
+    grad_out_ptr,  # (K*B, D) gradient of the pooled bags
+    weight_ptr,  # (R, D) updated in place
+    v_ptr,  # (R,) row-wise AdaGrad state, updated in place
+    urows_ptr,  # (U,) int64 the touched store rows, one program each
+    occ_ptr,  # (U + 1,) int64: row u's values are order[occ[u]:occ[u+1]]
+    order_ptr,  # (n,) int64 value positions grouped by row
+    bag_ptr,  # (nnz,) int64 bag of each value
+    offsets_ptr,  # (K*B + 1,) bag boundaries (for the mean's lengths)
+    psw_ptr,  # (nnz,) per-sample weights (read only when HAS_PSW)
+    D,
+    stride_g,
+    stride_w,
+    lr,
+    eps,
+    HAS_PSW: tl.constexpr,
+    MEAN: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    # 1. program id -> one touched row and the positions of its values
+    u = tl.program_id(0)
+    row = tl.load(urows_ptr + u)
+    lo = tl.load(occ_ptr + u)
+    hi = tl.load(occ_ptr + u + 1)
+    cols = tl.arange(0, BLOCK_D)
+    cmask = cols < D
+    g = tl.zeros((BLOCK_D,), dtype=tl.float32)
+    # 2. the row's gradient: its bags' output gradients, weighted (and / len for mean), summed in fp32
+    for j in range(lo, hi, BLOCK_N):
+        k = j + tl.arange(0, BLOCK_N)
+        kmask = k < hi
+        pos = tl.load(order_ptr + k, mask=kmask, other=0)
+        bag = tl.load(bag_ptr + pos, mask=kmask, other=0)
+        scale = tl.where(kmask, 1.0, 0.0)
+        if HAS_PSW:
+            scale = scale * tl.load(psw_ptr + pos, mask=kmask, other=0.0).to(tl.float32)
+        if MEAN:
+            n = tl.load(offsets_ptr + bag + 1, mask=kmask, other=1) - tl.load(offsets_ptr + bag, mask=kmask, other=0)
+            scale = scale / tl.maximum(n, 1).to(tl.float32)
+        tile = tl.load(grad_out_ptr + bag[:, None] * stride_g + cols[None, :],
+                       mask=kmask[:, None] & cmask[None, :], other=0.0).to(tl.float32)
+        g += tl.sum(tile * scale[:, None], axis=0)
+    # 3. row-wise AdaGrad: one state scalar per row, the mean of g**2, then the row moves once
+    v = tl.load(v_ptr + row) + tl.sum(g * g, axis=0) / D
+    tl.store(v_ptr + row, v)
+    w = tl.load(weight_ptr + row * stride_w + cols, mask=cmask, other=0.0).to(tl.float32)
+    w = w - (lr / (tl.sqrt(v) + eps)) * g
+    tl.store(weight_ptr + row * stride_w + cols, w.to(weight_ptr.dtype.element_ty), mask=cmask)
+
+
+def tbe_pool(weight: torch.Tensor, rows: torch.Tensor, offsets: torch.Tensor, mean: bool = False,
+             per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Every bag of every feature in one launch: ``(K*B, D)`` from the store ``weight (R, D)``, the store
+    row of each value ``rows (nnz,)`` (``-1`` reads zeros) and ``offsets (K*B + 1,)``."""
+    if weight.dim() != 2 or weight.stride(1) != 1:
+        raise ValueError(f"weight must be (R, D) with contiguous rows, got shape {tuple(weight.shape)}")
+    if rows.dtype != torch.int64 or offsets.dtype != torch.int64:
+        raise ValueError("rows and offsets must be int64")
+    nb, D = offsets.numel() - 1, weight.shape[1]
+    out = torch.empty((nb, D), dtype=weight.dtype, device=weight.device)
+    if nb == 0 or D == 0:
+        return out
+    BLOCK_D = _block_d(D)
+    psw = per_sample_weights.contiguous() if per_sample_weights is not None else rows
+    _tbe_pool_kernel[(nb, triton.cdiv(D, BLOCK_D))](
+        weight, rows.contiguous(), offsets.contiguous(), psw, out, D, weight.stride(0), out.stride(0),
+        HAS_PSW=per_sample_weights is not None, MEAN=mean, BLOCK_N=16, BLOCK_D=BLOCK_D,
+    )
+    return out
+
+
+def tbe_backward_rowwise_adagrad(grad_out: torch.Tensor, weight: torch.Tensor, v: torch.Tensor, rows: torch.Tensor,
+                                 offsets: torch.Tensor, lr: float, eps: float, mean: bool = False,
+                                 per_sample_weights: torch.Tensor | None = None) -> torch.Tensor:
+    """The backward of :func:`tbe_pool` fused with the row-wise AdaGrad step of every touched row: one launch.
+
+    ``grad_out (K*B, D)``; ``weight (R, D)`` and ``v (R,)`` are updated in place.  Returns the touched rows
+    (ascending).  The grouping of values by row (one sort) is done by torch before the launch.
+    """
+    D = weight.shape[1]
+    if D > 1024:
+        raise ValueError(f"the fused row-wise update holds a row in one block: D <= 1024, got {D}")
+    nnz = rows.numel()
+    bag = torch.repeat_interleave(torch.arange(offsets.numel() - 1, device=rows.device), offsets.diff(),
+                                  output_size=nnz)
+    live = torch.nonzero(rows >= 0).squeeze(1)
+    urows, order_in_live, counts = torch.unique(rows[live], return_inverse=True, return_counts=True)
+    order = live[torch.argsort(order_in_live, stable=True)]
+    occ = torch.zeros(urows.numel() + 1, dtype=torch.int64, device=rows.device)
+    occ[1:] = counts.cumsum(0)
+    if urows.numel() == 0:
+        return urows
+    psw = per_sample_weights.contiguous() if per_sample_weights is not None else rows
+    grad_out = grad_out.contiguous()
+    _tbe_backward_rowwise_adagrad_kernel[(urows.numel(),)](
+        grad_out, weight, v, urows, occ, order, bag, offsets.contiguous(), psw,
+        D, grad_out.stride(0), weight.stride(0), lr, eps,
+        HAS_PSW=per_sample_weights is not None, MEAN=mean, BLOCK_N=16, BLOCK_D=triton.next_power_of_2(max(D, 1)),
+    )
+    return urows

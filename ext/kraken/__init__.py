@@ -22,6 +22,8 @@ from torchhpc.ext.core.lazy import lazy_exports
 _EXPORTS = {
     "DynamicEmbeddingCollection": "embedding",
     "DynamicTableConfig": "embedding",
+    "RowStore": "embedding",
+    "lookup_all_tables": "batched",
     "ShardedDynamicEmbeddingCollection": "sharded",
     "allreduce_dense_gradients": "sharded",
     "SparseOptimizer": "optim",

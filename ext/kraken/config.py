@@ -28,7 +28,9 @@ class StreamOptions:
 
     source: str = option("synthetic", help="synthetic (Zipf IDs with drift, known click model) | criteo (TSV)",
                          choices=["synthetic", "criteo"])
-    path: str | None = option(None, help="Criteo-format TSV (.gz) file when source=criteo")
+    path: str | None = option(None, help="Criteo-format log when source=criteo: TSV, gzip'd TSV (.gz) or Parquet")
+    reader: str = option("auto", help="criteo: arrow (pyarrow, ~25x faster) | python (the readable reference) | "
+                                      "auto (arrow when pyarrow is installed)", choices=["auto", "arrow", "python"])
     batch_size: int = option(512, help="samples per batch (global, over all ranks)", ge=1)
     num_sparse: int = option(8, help="synthetic: categorical features", ge=1)
     num_dense: int = option(13, help="synthetic: dense features (a Criteo file has 13)", ge=1)
@@ -174,20 +176,30 @@ class BenchOptions:
     """AUC and memory of torchrec EBC (full, hashed), MC-EBC and kraken on one stream (``torchhpc kraken bench``).
 
     The stream is :class:`StreamOptions`' synthetic one (its defaults) with the vocabulary, batch
-    size and seed given here.
+    size and seed given here, or a Criteo-format log (``stream="criteo"``, ``path``): its first
+    ``steps`` batches.
     """
 
+    stream: str = option("synthetic", help="synthetic (known click model) | criteo (your Criteo-format log: --path)",
+                         choices=["synthetic", "criteo"])
+    path: str | None = option(None, help="criteo: the log (TSV, gzip'd TSV or Parquet); its first steps x batch-size "
+                                         "lines are the stream")
     steps: int = option(1500, help="batches of the stream", ge=2)
-    vocab: int = option(20_000, help="popularity ranks per feature", ge=1)
+    vocab: int = option(20_000, help="synthetic: popularity ranks per feature", ge=1)
     batch_size: int = option(512, help="samples per batch", ge=2)
     dim: int = option(16, help="embedding dimension", ge=1)
     fraction: float = option(1 / 3, help="memory of the small variants as a fraction of the full EBC's", gt=0, le=1)
     seed: int = option(0, help="seed of the stream and the weights", ge=0)
-    out: str = option("runs/bench", help="writes <out>/kraken/stream.json and stream.png ('': nothing)")
+    out: str = option("runs/bench", help="writes <out>/kraken/stream.json and stream.png (a log: criteo.json, "
+                                         "criteo.png; '': nothing)")
     json: bool = option(False, help="print one JSON object instead of the table")
 
     def __post_init__(self) -> None:
         check_ranges(self, "bench")
+        if self.stream == "criteo" and not self.path:
+            raise ConfigError("bench: path: give the Criteo-format log (--path FILE) when stream is criteo")
+        if self.stream == "synthetic" and self.path:
+            raise ConfigError(f"bench: path {self.path!r} is read only when stream is criteo (add --stream criteo)")
 
 
 @dataclass

@@ -24,6 +24,12 @@ does not need the vocabulary up front, and two IDs never share a row:
 * **Deltas.** Rows changed since the last :meth:`export_delta` are tracked, so a
   checkpoint or a serving replica receives only those (:meth:`apply_delta`).
 
+* **Table-batched.** The tables of one dim live side by side in a :class:`RowStore` (rows, state,
+  metadata, index slots, sketch counters: one flat tensor each); a training step is one compiled pass
+  over all tables (:mod:`~torchhpc.ext.kraken.batched`), one gather, one pooling over every feature and
+  one optimizer step — bit-identical to each :class:`DynamicTable`'s readable ops, which run where the
+  pass cannot (CUDA, no numba, a step in which a table grows).
+
 Given identical rows, the output equals torchrec's EBC exactly (a test checks it).
 """
 
@@ -127,26 +133,154 @@ def pool_features(cfg: DynamicTableConfig, feats: list, rows: torch.Tensor, slot
     return out
 
 
-class DynamicTable:
-    """Storage of one table: rows, their optimizer state, metadata and the ID index (not a Module)."""
+class RowStore:
+    """Every table of one dim side by side: weights, optimizer state, row metadata, ID index, sketch.
 
-    def __init__(self, cfg: DynamicTableConfig, optimizer: SparseOptimizer, device, seed: int):
+    Each field is one flat tensor; table ``slot`` owns one contiguous segment of it (its rows, its
+    index slots, its sketch counters), which it sees as a view.  This is the layout of fbgemm's
+    table-batched embeddings: one gather reads the rows of all tables, one optimizer step updates
+    them, and the compiled pass of :mod:`~torchhpc.ext.kraken.batched` walks one ID index whose key
+    is ``(table, ID)`` — the table picks the segment.  Replacing one table's segment (growth, a
+    loaded checkpoint, an index rehash) re-lays out that field; that is rare (tables double up to
+    their budget).
+    """
+
+    ROW_FIELDS = ("weight", "dirty", "row_id", "last_seen", "freq")
+
+    def __init__(self, optimizer: SparseOptimizer, dim: int, device):
+        self.device, self.dim = torch.device(device), dim
+        self.state_keys = tuple(optimizer.state_shapes(dim))
+        self.flat: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, list[tuple[int, ...]]] = {}
+        self.offsets: dict[str, list[int]] = {}
+        self.slots = 0
+
+    # flat views of all tables' rows
+    @property
+    def weight(self) -> torch.Tensor:
+        """``(R, D)``: the rows of every table."""
+        return self.flat["weight"].view(-1, self.dim)
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        return {k: self.flat["state." + k].view(-1, *self.shapes["state." + k][0][1:]) for k in self.state_keys}
+
+    @property
+    def dirty(self) -> torch.Tensor:
+        return self.flat["dirty"]
+
+    def add(self, **fields: torch.Tensor) -> int:
+        """A new table's segment of each field; returns its slot."""
+        slot = self.slots
+        self.slots += 1
+        for name, t in fields.items():
+            self.shapes.setdefault(name, []).append((0,))
+            self.offsets.setdefault(name, [0])
+            self.offsets[name].append(self.offsets[name][-1])
+            self.flat.setdefault(name, t.new_empty(0))
+        self.put(slot, **fields)
+        return slot
+
+    def put(self, slot: int, **fields: torch.Tensor) -> None:
+        """Replace table ``slot``'s segment of the given fields (any size) and re-lay them out."""
+        for name, t in fields.items():
+            off, flat = self.offsets[name], self.flat[name]
+            parts = [t.reshape(-1) if i == slot else flat[off[i]:off[i + 1]] for i in range(self.slots)]
+            self.flat[name] = torch.cat(parts).to(t.dtype)
+            self.shapes[name][slot] = tuple(t.shape)
+            sizes = [off[i + 1] - off[i] for i in range(self.slots)]
+            sizes[slot] = t.numel()
+            self.offsets[name] = [0]
+            for n in sizes:
+                self.offsets[name].append(self.offsets[name][-1] + n)
+
+    def get(self, name: str, slot: int) -> torch.Tensor:
+        """Table ``slot``'s segment of field ``name``, as a view of its shape."""
+        off = self.offsets[name]
+        return self.flat[name][off[slot]:off[slot + 1]].view(self.shapes[name][slot])
+
+    def base(self, name: str, slot: int) -> int:
+        """Where table ``slot``'s segment of ``name`` starts (in elements; rows for 1-D row fields)."""
+        return self.offsets[name][slot]
+
+
+class _StoredIndex(IdIndex):
+    """An :class:`IdIndex` whose slots are table ``slot``'s segment of a :class:`RowStore`."""
+
+    def __init__(self, store: RowStore, slot: int, capacity: int, device, seed: int):
+        self.store, self.slot = store, slot
+        super().__init__(capacity, device, seed)
+
+    keys = property(lambda self: self.store.get("index.keys", self.slot),
+                    lambda self, t: self.store.put(self.slot, **{"index.keys": t}))
+    values = property(lambda self: self.store.get("index.values", self.slot),
+                      lambda self, t: self.store.put(self.slot, **{"index.values": t}))
+
+
+class _StoredSketch(CountMinSketch):
+    """A :class:`CountMinSketch` whose counters are table ``slot``'s segment of a :class:`RowStore`."""
+
+    def __init__(self, store: RowStore, slot: int, width: int, depth: int, device, seed: int):
+        self.store, self.slot = store, slot
+        super().__init__(width, depth, device, seed)
+
+    table = property(lambda self: self.store.get("sketch", self.slot),
+                     lambda self, t: self.store.put(self.slot, sketch=t))
+
+
+class DynamicTable:
+    """Storage of one table: rows, their optimizer state, metadata and the ID index (not a Module).
+
+    Everything it holds is a view of its segment of a :class:`RowStore` shared by the tables of one
+    dim (``store``; by default a store of its own)."""
+
+    def __init__(self, cfg: DynamicTableConfig, optimizer: SparseOptimizer, device, seed: int,
+                 store: RowStore | None = None):
         self.cfg, self.opt, self.device, self.seed = cfg, optimizer, torch.device(device), seed
         rows = max(1, min(cfg.init_rows, cfg.max_rows))
-        self.weight = torch.zeros((rows, cfg.dim), device=self.device)
-        self.state = optimizer.init_state(rows, cfg.dim, self.device)
-        self.row_id = torch.full((rows,), -1, dtype=torch.int64, device=self.device)
-        self.last_seen = torch.zeros(rows, dtype=torch.int64, device=self.device)
-        self.freq = torch.zeros(rows, dtype=torch.float32, device=self.device)
-        self.dirty = torch.zeros(rows, dtype=torch.bool, device=self.device)
-        self.index = IdIndex(2 * rows, self.device, seed=seed)
+        self.store = store if store is not None else RowStore(optimizer, cfg.dim, self.device)
+        dev = self.device
+        self.slot = self.store.add(
+            weight=torch.zeros((rows, cfg.dim), device=dev),
+            **{f"state.{k}": v for k, v in optimizer.init_state(rows, cfg.dim, dev).items()},
+            dirty=torch.zeros(rows, dtype=torch.bool, device=dev),
+            row_id=torch.full((rows,), -1, dtype=torch.int64, device=dev),
+            last_seen=torch.zeros(rows, dtype=torch.int64, device=dev),
+            freq=torch.zeros(rows, dtype=torch.float32, device=dev),
+            **{"index.keys": torch.empty(0, dtype=torch.int64, device=dev),
+               "index.values": torch.empty(0, dtype=torch.int32, device=dev)},
+            sketch=torch.empty((0, 0), dtype=torch.int32, device=dev),
+        )
+        self.index = _StoredIndex(self.store, self.slot, 2 * rows, dev, seed)
         self.sketch = (
-            CountMinSketch(cfg.sketch_columns(cfg.max_rows), _SKETCH_DEPTH, self.device, seed=seed)
+            _StoredSketch(self.store, self.slot, cfg.sketch_columns(cfg.max_rows), _SKETCH_DEPTH, dev, seed)
             if cfg.admit_count > 1 else None
         )
         self.opt_steps = 0
         self.evictions = 0
         self.admissions = 0
+
+    # ------------------------------------------------------------------ views of the shared store
+    @property
+    def base(self) -> int:
+        """This table's first row in its :class:`RowStore`."""
+        return self.store.base("row_id", self.slot)
+
+    weight = property(lambda self: self.store.get("weight", self.slot))
+    dirty = property(lambda self: self.store.get("dirty", self.slot))
+    row_id = property(lambda self: self.store.get("row_id", self.slot))
+    last_seen = property(lambda self: self.store.get("last_seen", self.slot))
+    freq = property(lambda self: self.store.get("freq", self.slot))
+
+    @property
+    def state(self) -> dict[str, torch.Tensor]:
+        return {k: self.store.get("state." + k, self.slot) for k in self.store.state_keys}
+
+    def set_rows_storage(self, weight: torch.Tensor, state: dict[str, torch.Tensor], dirty: torch.Tensor,
+                         row_id: torch.Tensor, last_seen: torch.Tensor, freq: torch.Tensor) -> None:
+        """Replace every per-row tensor (grown or loaded; all of one length) in the store."""
+        self.store.put(self.slot, weight=weight, **{f"state.{k}": v for k, v in state.items()}, dirty=dirty,
+                       row_id=row_id, last_seen=last_seen, freq=freq)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -176,10 +310,8 @@ class DynamicTable:
         def pad(t, fill=0):
             return torch.cat([t, torch.full((extra, *t.shape[1:]), fill, dtype=t.dtype, device=t.device)])
 
-        self.weight = pad(self.weight)
-        self.state = {k: pad(v) for k, v in self.state.items()}
-        self.row_id = pad(self.row_id, -1)
-        self.last_seen, self.freq, self.dirty = pad(self.last_seen), pad(self.freq), pad(self.dirty, False)
+        self.set_rows_storage(pad(self.weight), {k: pad(v) for k, v in self.state.items()}, pad(self.dirty, False),
+                              pad(self.row_id, -1), pad(self.last_seen), pad(self.freq))
 
     # ------------------------------------------------------------------ admission / eviction
     def _free_rows(self, n: int, protect: torch.Tensor, step: int) -> torch.Tensor:
@@ -253,13 +385,16 @@ class DynamicTable:
         out[pos] = rows
         self.index.insert(new, rows)
         self.row_id[rows] = new
-        s = self.cfg.init_scale
-        self.weight[rows] = (hash_uniform(new, self.cfg.dim, seed=self.seed) * 2 - 1) * s
+        self.init_rows(rows, new)
         self.last_seen[rows] = step
         self.freq[rows] = 0
         self.dirty[rows] = True
         self.admissions += new.numel()
         return out
+
+    def init_rows(self, rows: torch.Tensor, ids: torch.Tensor) -> None:
+        """Initialise new rows from their IDs alone (uniform in ``[-init_scale, init_scale)``)."""
+        self.weight[rows] = (hash_uniform(ids, self.cfg.dim, seed=self.seed) * 2 - 1) * self.cfg.init_scale
 
     # ------------------------------------------------------------------ lookup
     def lookup(self, ids: torch.Tensor, counts: torch.Tensor | None, step: int | None) -> torch.Tensor:
@@ -295,16 +430,14 @@ class DynamicTable:
         }
 
     def load_state_dict(self, sd: dict) -> None:
-        self.weight = sd["weight"].to(self.device).clone()
-        self.row_id = sd["row_id"].to(self.device).clone()
-        self.last_seen = sd["last_seen"].to(self.device).clone()
-        self.freq = sd["freq"].to(self.device).clone()
-        self.state = {k: sd[f"state.{k}"].to(self.device).clone() for k in self.state}
-        self.dirty = torch.zeros(self.row_id.shape, dtype=torch.bool, device=self.device)
+        row_id = sd["row_id"].to(self.device)
+        self.set_rows_storage(sd["weight"].to(self.device), {k: sd[f"state.{k}"].to(self.device) for k in self.state},
+                              torch.zeros(row_id.shape, dtype=torch.bool, device=self.device), row_id,
+                              sd["last_seen"].to(self.device), sd["freq"].to(self.device))
         if self.sketch is not None and sd["sketch"].numel():
             self.sketch.table = sd["sketch"].to(self.device).clone()
         self.opt_steps, self.evictions, self.admissions = (int(x) for x in sd["counters"])
-        self.index = IdIndex(2 * self.rows_allocated, self.device, seed=self.seed)
+        self.index = _StoredIndex(self.store, self.slot, 2 * self.rows_allocated, self.device, self.seed)
         used = torch.nonzero(self.row_id >= 0).squeeze(1)
         self.index.insert(self.row_id[used], used)
 
@@ -385,9 +518,15 @@ class DynamicEmbeddingCollection(nn.Module):
                     raise ConfigError(f"feature {f!r} is pooled by two tables")
                 self.feature_to_table[f] = t.name
         self.feature_names = [f for t in tables for f in t.features]
-        self.tables = {t.name: DynamicTable(t, self.optimizer, device, seed + 101 * i) for i, t in enumerate(tables)}
+        self.stores: dict[int, RowStore] = {}  # one per dim: the tables' rows side by side
+        for t in tables:
+            self.stores.setdefault(t.dim, RowStore(self.optimizer, t.dim, device))
+        self.tables = {t.name: DynamicTable(t, self.optimizer, device, seed + 101 * i, self.stores[t.dim])
+                       for i, t in enumerate(tables)}
         self.device_ = torch.device(device)
         self.backend = backend
+        self.batched = True  # the table-batched compiled pass where it can run (False: the reference ops)
+        self.lookup_passes = {"batched": 0, "reference": 0}  # which lookup ran, per forward
         self.iteration = 0
         self._pending: list[tuple[str, torch.Tensor, torch.Tensor]] = []
 
@@ -420,37 +559,119 @@ class DynamicEmbeddingCollection(nn.Module):
         feats = [jts[f] for f in cfg.features]
         return feats, torch.cat([jt.values() for jt in feats]).to(self.device_).long()
 
+    def _in_feature_order(self, kjt):
+        """The KJT with exactly this collection's features, in their order (usually as given)."""
+        keys = list(kjt.keys())
+        if keys == self.feature_names:
+            return kjt
+        return kjt.permute([keys.index(f) for f in self.feature_names])
+
+    def _lookup(self, values: torch.Tensor, value_offsets: list[int], step: int | None):
+        """Store rows of every table's unique IDs: ``(rows (U,), unique offsets (T+1,), inverse (nnz,))``.
+
+        ``rows`` number the rows of each table's :class:`RowStore` (``-1``: no row); ``inverse`` gives
+        each value's position in ``rows``.  Runs the table-batched compiled pass
+        (:func:`~torchhpc.ext.kraken.batched.lookup_all_tables`) where it can (CPU, numba, one store,
+        no table that may grow in this step), else each table's reference ops; the two agree exactly."""
+        from .batched import lookup_all_tables, numba_available
+
+        tables = list(self.tables.values())
+        if self.batched and self.device_.type == "cpu" and len(self.stores) == 1 and numba_available():
+            out = lookup_all_tables(tables, values, value_offsets, step)
+            if out is not None:  # None: a table may grow in this step (rare), which the reference ops do
+                self.lookup_passes["batched"] += 1
+                return out
+        self.lookup_passes["reference"] += 1
+        rows, inv, uoff = [], [], [0]
+        for t, lo, hi in zip(tables, value_offsets[:-1], value_offsets[1:], strict=True):
+            if step is not None:
+                t.expire(step)
+            uniq, inverse, counts = torch.unique(values[lo:hi], return_inverse=True, return_counts=True)
+            r = t.lookup(uniq, counts, step)
+            rows.append(torch.where(r >= 0, r + t.base, r))
+            inv.append(inverse + uoff[-1])
+            uoff.append(uoff[-1] + uniq.numel())
+        return torch.cat(rows), uoff, torch.cat(inv)
+
     def forward(self, kjt):
         from torchrec.sparse.jagged_tensor import KeyedTensor
 
-        jts, training, step = self._start_forward(kjt)
-        pooled: dict[str, torch.Tensor] = {}
-        for name, table in self.tables.items():
-            cfg = table.cfg
-            feats, values = self._table_values(jts, cfg)
-            if training:
-                table.expire(step)
-            uniq, inv, counts = torch.unique(values, return_inverse=True, return_counts=True)
-            rows = table.lookup(uniq, counts, step)
-            hit = rows >= 0
+        self._check_kjt(kjt)
+        training = self.training and torch.is_grad_enabled()
+        if training:
+            self.iteration += 1
+        step = self.iteration if training else None
+        kjt = self._in_feature_order(kjt)
+        values = kjt.values().to(self.device_).long()
+        per_feature = kjt.length_per_key()
+        value_offsets, i = [0], 0
+        for cfg in self.configs.values():
+            value_offsets.append(value_offsets[-1] + sum(per_feature[i:i + len(cfg.features)]))
+            i += len(cfg.features)
+        rows, uoff, inv = self._lookup(values, value_offsets, step)
+        hit = rows >= 0
+        weights = kjt.weights_or_none()
+        weights = weights.to(self.device_) if weights is not None else None
+        modes = {c.pooling for c in self.configs.values()}
+        if len(self.stores) == 1 and len(modes) == 1 and not kjt.variable_stride_per_key():
+            # one gather from the store, one pooling over every feature of the batch
+            store = next(iter(self.stores.values()))
             rows_hit = rows[hit]
-            emb = table.weight[rows_hit].detach()
+            emb = store.weight[rows_hit].detach()
             if training:
                 emb.requires_grad_(True)
-                self._pending.append((name, rows_hit, emb))
-            local = torch.cat([emb, emb.new_zeros((1, cfg.dim))])  # the last row: zeros for IDs with no row
+                self._pending.append((store, rows_hit, emb))
             slot = torch.where(hit, torch.cumsum(hit, 0) - 1, torch.full_like(rows, rows_hit.numel()))[inv]
-            pooled.update(pool_features(cfg, feats, local, slot, self.device_, self.backend))
+            local = torch.cat([emb, emb.new_zeros((1, emb.shape[1]))])  # the last row: zeros for IDs with no row
+            K, B, D = len(self.feature_names), kjt.stride(), emb.shape[1]
+            out = jagged_embedding_bag(local, slot, kjt.offsets().to(self.device_), modes.pop(), weights,
+                                       backend=self.backend, validate=False)
+            return KeyedTensor(keys=self.feature_names, length_per_key=[D] * K,
+                               values=out.view(K, B, D).transpose(0, 1).reshape(B, K * D))
+        # tables of several dims or pooling modes: gather and pool table by table
+        pooled: dict[str, torch.Tensor] = {}
+        jts = kjt.to_dict()
+        for t, table in enumerate(self.tables.values()):
+            r, h = rows[uoff[t]:uoff[t + 1]], hit[uoff[t]:uoff[t + 1]]
+            rows_hit = r[h]
+            emb = table.store.weight[rows_hit].detach()
+            if training:
+                emb.requires_grad_(True)
+                self._pending.append((table, rows_hit, emb))
+            local = torch.cat([emb, emb.new_zeros((1, table.cfg.dim))])
+            inv_t = inv[value_offsets[t]:value_offsets[t + 1]] - uoff[t]
+            slot = torch.where(h, torch.cumsum(h, 0) - 1, torch.full_like(r, rows_hit.numel()))[inv_t]
+            pooled.update(pool_features(table.cfg, [jts[f] for f in table.cfg.features], local, slot, self.device_,
+                                        self.backend))
         return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])
 
     @torch.no_grad()
     def apply_gradients(self, scale: float = 1.0) -> int:
-        """Sparse optimizer step on every row the last training forward touched; returns rows updated."""
+        """Sparse optimizer step on every row the last training forward touched; returns rows updated.
+
+        Every training step counts as one optimizer step of every table (Adam's bias correction); the
+        rows of all tables of one :class:`RowStore` are updated in one step."""
         n = 0
-        for name, rows, emb in self._pending:
-            # every training step counts as one optimizer step of every table (Adam's bias correction)
+        for owner, rows, emb in self._pending:
             g = emb.grad if emb.grad is not None else torch.zeros_like(emb)
-            self.tables[name].update(rows, g * scale if scale != 1.0 else g, backend=self.backend)
+            g = g * scale if scale != 1.0 else g
+            if isinstance(owner, DynamicTable):  # one table's rows (tables pooled one by one)
+                owner.update(rows - owner.base, g, backend=self.backend)
+                n += rows.numel()
+                continue
+            store = owner
+            tables = [t for t in self.tables.values() if t.store is store]
+            steps = {t.opt_steps for t in tables}
+            if len(steps) == 1:
+                step = steps.pop() + 1
+                self.optimizer.step(store.weight, store.state, rows, g, step, backend=self.backend)
+                store.dirty[rows] = True
+                for t in tables:
+                    t.opt_steps = step
+            else:  # tables restored with different step counts (e.g. from deltas): table by table
+                for t in tables:
+                    mine = (rows >= t.base) & (rows < t.base + t.rows_allocated)
+                    t.update(rows[mine] - t.base, g[mine], backend=self.backend)
             n += rows.numel()
         self._pending = []
         return n

@@ -86,7 +86,8 @@ def batches(cfg: KrakenConfig, start: int, stop: int) -> Iterator[tuple[int, Bat
         from .stream import read_criteo
 
         t = start
-        for b in read_criteo(cfg.stream.path, cfg.stream.batch_size, start=start * cfg.stream.batch_size):
+        for b in read_criteo(cfg.stream.path, cfg.stream.batch_size, start=start * cfg.stream.batch_size,
+                             reader=cfg.stream.reader):
             if t >= stop:
                 return
             yield t, b
@@ -270,7 +271,11 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> dict:
             if verbose:
                 from torchhpc.ext.core.dispatch import resolve_backend
 
-                print(f"{run.dir}: {trainer.step} batches ({resolve_backend('auto', device)} kernels), window AUC "
+                from .stream import criteo_reader
+
+                log = "" if cfg.stream.source == "synthetic" else \
+                    f", read by the {criteo_reader(cfg.stream.path, cfg.stream.reader)} reader"
+                print(f"{run.dir}: {trainer.step} batches ({resolve_backend('auto', device)} kernels{log}), window AUC "
                       f"{pv['auc']:.4f}, log-loss {pv['logloss']:.4f}, tables {mem['all']['total'] / 2**20:.2f} MB, "
                       f"{summary['seconds']} s")
         summary["run_dir"] = str(run.dir)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from torchhpc.ext.core.errors import ConfigError, InputError
@@ -141,6 +142,44 @@ class SyntheticClickStream:
         """The true click probability of each sample (the Bayes-optimal predictor)."""
         return torch.sigmoid(self.cfg.bias + self.effects(batch.keys).sum(1) + batch.dense @ self.dense_w)
 
+    def write_criteo(self, path: str | Path, batches: int) -> Path:
+        """Write the first ``batches`` batches as a Criteo-format TSV file (``.gz``: gzip'd), a log of
+        known structure to try the Criteo reader, ``kraken train`` and ``kraken bench --stream criteo`` on.
+
+        Needs ``num_sparse == 26`` and ``num_dense == 13`` (the Criteo layout).  Dense feature ``x``
+        is written as the integer ``floor(10 * exp(x))``; each categorical value as 8 hex digits of
+        its raw ID (bits 16..47), so the reader's IDs are a bijection of the stream's keys (barring
+        a 32-bit collision).  Needs pyarrow.
+
+        Raises:
+            ConfigError: a stream that is not 26 categorical + 13 dense features.
+        """
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        c = self.cfg
+        if c.num_sparse != CRITEO_SPARSE or c.num_dense != CRITEO_DENSE:
+            raise ConfigError(f"stream: a Criteo file has 26 categorical and 13 dense features, this stream has "
+                              f"num_sparse={c.num_sparse}, num_dense={c.num_dense}")
+        path = Path(path)
+        digits = np.frombuffer(b"0123456789abcdef", np.uint8)
+        shifts = np.arange(28, -1, -4, dtype=np.uint64)
+        sink = pa.CompressedOutputStream(str(path), "gzip") if path.suffix == ".gz" else pa.OSFile(str(path), "wb")
+        options = pcsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none")
+        with sink:
+            for t in range(batches):
+                b = self.batch(t)
+                cols = {"label": pa.array(b.labels.numpy().astype(np.int8))}
+                dense = np.floor(10 * np.exp(b.dense.double().numpy())).astype(np.int64)
+                cols.update({f"I{j + 1}": pa.array(dense[:, j]) for j in range(CRITEO_DENSE)})
+                ids = (self.raw_ids(b.keys).numpy().astype(np.uint64) >> np.uint64(16)) & np.uint64(0xFFFFFFFF)
+                for j in range(CRITEO_SPARSE):
+                    text = digits[(ids[:, j, None] >> shifts) & np.uint64(15)]
+                    cols[f"C{j + 1}"] = pa.array(np.ascontiguousarray(text).view("S8").ravel())
+                pcsv.write_csv(pa.table(cols), sink, options)
+        return path
+
     def __iter__(self) -> Iterator[Batch]:
         t = 0
         while True:
@@ -151,6 +190,9 @@ class SyntheticClickStream:
 # ----------------------------------------------------------------------------- Criteo TSV
 
 CRITEO_DENSE, CRITEO_SPARSE = 13, 26
+CRITEO_FIELDS = 1 + CRITEO_DENSE + CRITEO_SPARSE
+CRITEO_COLUMNS = ["label", *(f"I{i + 1}" for i in range(CRITEO_DENSE)), *(f"C{i + 1}" for i in range(CRITEO_SPARSE))]
+CRITEO_FEATURES = CRITEO_COLUMNS[1 + CRITEO_DENSE:]
 
 
 def _signed64(v: int) -> int:
@@ -162,6 +204,15 @@ def _signed64(v: int) -> int:
 
 def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def decode_criteo_line(path, lineno: int, raw: bytes) -> str:
+    """One line's bytes as text; a byte that is not UTF-8 is an :class:`InputError` naming file, line, column."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
+                         f"{exc.start + 1})") from None
 
 
 def _criteo_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -181,15 +232,7 @@ def _criteo_lines(path: Path) -> Iterator[tuple[int, str]]:
                 what = "truncated gzip file" if isinstance(exc, EOFError) else "not valid gzip data"
                 raise InputError(f"{path}:{lineno + 1}: {what} ({exc})") from None
             lineno += 1
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column "
-                                 f"{exc.start + 1})") from None
-            yield lineno, text
-
-
-_CRITEO_COLUMNS = ["label", *(f"I{i + 1}" for i in range(CRITEO_DENSE)), *(f"C{i + 1}" for i in range(CRITEO_SPARSE))]
+            yield lineno, decode_criteo_line(path, lineno, raw)
 
 
 def _parse_criteo(parts: list[str]) -> tuple[int, list[int], list[int]]:
@@ -207,67 +250,75 @@ def _parse_criteo(parts: list[str]) -> tuple[int, list[int], list[int]]:
         kind = "an integer" if col <= CRITEO_DENSE else "a hexadecimal ID of up to 64 bits"
         value = parts[col]
         if "wider than 64 bits" in str(exc):
-            raise ValueError(f"column {_CRITEO_COLUMNS[col]}: {exc}") from None
-        raise ValueError(f"column {_CRITEO_COLUMNS[col]}: {value!r} is not {kind}") from None
+            raise ValueError(f"column {CRITEO_COLUMNS[col]}: {exc}") from None
+        raise ValueError(f"column {CRITEO_COLUMNS[col]}: {value!r} is not {kind}") from None
     return lab, dv, cv
 
 
-def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iterator[Batch]:
-    """Batches from a Criteo-format TSV file (``.gz`` too), from line ``start`` on.
-
-    Each line: ``label \\t I1..I13 \\t C1..C26`` — integer dense features (empty = 0,
-    transformed ``log(1 + max(x, 0))``) and hexadecimal categorical IDs of up to 64 bits
-    (empty = no ID for that sample, a zero-length bag).  Raw IDs are a bijective 64-bit
-    mix of the value seeded by the column, with the top bit dropped (63-bit IDs), so
-    equal hex strings in different columns stay different features.
+def parse_criteo_line(path, lineno: int, line: str) -> tuple[int, list[int], list[int], list[bool]]:
+    """One Criteo line: ``(label, 13 dense ints (empty = 0), 26 categorical int64 (empty = 0), 26 present)``.
 
     Raises:
-        InputError: a missing file, no samples from line ``start`` on (an empty file), a line with a
-            wrong field count, a bad number or a byte that is not UTF-8, a truncated or corrupt ``.gz``
-            (reported with the line number).
+        InputError: a wrong field count, a bad number, a label other than 0/1 (naming file, line, column).
     """
+    parts = line.rstrip("\r\n").split("\t")
+    if len(parts) != CRITEO_FIELDS:
+        raise InputError(
+            f"{path}:{lineno}: expected {CRITEO_FIELDS} tab-separated fields "
+            f"(label, 13 integer, 26 categorical), found {len(parts)}"
+        )
+    try:
+        lab, dv, cv = _parse_criteo(parts)
+    except ValueError as exc:
+        raise InputError(f"{path}:{lineno}: {exc}") from None
+    if lab not in (0, 1):
+        raise InputError(f"{path}:{lineno}: label must be 0 or 1, found {lab}")
+    return lab, dv, cv, [bool(x) for x in parts[1 + CRITEO_DENSE:]]
+
+
+def criteo_ids(raw: torch.Tensor) -> torch.Tensor:
+    """Raw IDs of categorical values ``(26, n)`` int64 (the hex value's 64 bits): a bijective 64-bit mix
+    per column (the column salts the seed), top bit dropped for 63-bit IDs."""
+    return torch.stack([mix64(raw[c], 99 + c) for c in range(raw.shape[0])]) & MASK63
+
+
+def criteo_kjt(ids: np.ndarray, present: np.ndarray):
+    """The ``KeyedJaggedTensor`` of one batch's categorical IDs ``(26, B)`` int64 and present ``(26, B)``
+    bool (a missing value is a zero-length bag), built in numpy (no torch op, so no intra-op threads)."""
     from torchrec import KeyedJaggedTensor
 
+    # feature-major layout: all samples of C1, then C2, ...
+    per_key = present.sum(1)
+    return KeyedJaggedTensor(keys=CRITEO_FEATURES, values=torch.from_numpy(ids[present]),
+                             lengths=torch.from_numpy(present.reshape(-1).astype(np.int64)), stride=present.shape[1],
+                             length_per_key=per_key.tolist(), offset_per_key=[0, *np.cumsum(per_key).tolist()])
+
+
+def read_criteo_reference(path: str | Path, batch_size: int = 512, start: int = 0) -> Iterator[Batch]:
+    """The readable reference of :func:`read_criteo` (TSV, ``.gz`` too): one line at a time in Python
+    (about 50 k lines/s).  The fast reader is tested to give the same batches and the same errors."""
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such Criteo TSV file")
-    names = [f"C{i + 1}" for i in range(CRITEO_SPARSE)]
 
     def flush(labels, dense, cats, has):
         B = len(labels)
-        raw = torch.tensor(cats, dtype=torch.int64).view(B, CRITEO_SPARSE)
-        present = torch.tensor(has, dtype=torch.bool).view(B, CRITEO_SPARSE)
-        # a bijective 64-bit mix per column (the column salts the seed), top bit dropped for 63-bit IDs
-        ids = torch.stack([mix64(raw[:, c], 99 + c) for c in range(CRITEO_SPARSE)], 1) & MASK63
-        # feature-major layout: all samples of C1, then C2, ...
-        lengths = present.t().reshape(-1).long()
-        values = ids.t().reshape(-1)[present.t().reshape(-1)]
+        raw = torch.tensor(cats, dtype=torch.int64).view(B, CRITEO_SPARSE).t()
+        present = torch.tensor(has, dtype=torch.bool).view(B, CRITEO_SPARSE).t()
         d = torch.tensor(dense, dtype=torch.float32).view(B, CRITEO_DENSE)
-        d = torch.log1p(d.clamp(min=0))
-        kjt = KeyedJaggedTensor.from_lengths_sync(keys=names, values=values, lengths=lengths)
-        return Batch(d, kjt, torch.tensor(labels, dtype=torch.float32))
+        kjt = criteo_kjt(criteo_ids(raw).numpy(), present.numpy())
+        return Batch(torch.log1p(d.clamp(min=0)), kjt, torch.tensor(labels, dtype=torch.float32))
 
     labels, dense, cats, has = [], [], [], []
     lineno = 0
     for lineno, line in _criteo_lines(path):
         if lineno <= start:
             continue
-        parts = line.rstrip("\r\n").split("\t")
-        if len(parts) != 1 + CRITEO_DENSE + CRITEO_SPARSE:
-            raise InputError(
-                f"{path}:{lineno}: expected {1 + CRITEO_DENSE + CRITEO_SPARSE} tab-separated fields "
-                f"(label, 13 integer, 26 categorical), found {len(parts)}"
-            )
-        try:
-            lab, dv, cv = _parse_criteo(parts)
-        except ValueError as exc:
-            raise InputError(f"{path}:{lineno}: {exc}") from None
-        if lab not in (0, 1):
-            raise InputError(f"{path}:{lineno}: label must be 0 or 1, found {lab}")
+        lab, dv, cv, hv = parse_criteo_line(path, lineno, line)
         labels.append(lab)
         dense.extend(dv)
         cats.extend(cv)
-        has.extend(bool(x) for x in parts[1 + CRITEO_DENSE:])
+        has.extend(hv)
         if len(labels) == batch_size:
             yield flush(labels, dense, cats, has)
             labels, dense, cats, has = [], [], [], []
@@ -275,3 +326,53 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0) -> Iter
         yield flush(labels, dense, cats, has)
     elif lineno <= start:
         raise InputError(f"{path}: no samples" + (f" after line {start}" if start else " (an empty file)"))
+
+
+def criteo_reader(path: str | Path, reader: str = "auto") -> str:
+    """Which reader :func:`read_criteo` uses for ``path``: ``parquet``, ``arrow`` or ``python``."""
+    from . import criteo
+
+    path = Path(path)
+    if path.is_file() and criteo.is_parquet(path):
+        return "parquet"
+    return "python" if reader == "python" or (reader == "auto" and not criteo.have_pyarrow()) else "arrow"
+
+
+def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0, reader: str = "auto") -> Iterator[Batch]:
+    """Batches from a Criteo-format log, from line (row) ``start`` on: TSV, gzip'd TSV (``.gz``) or Parquet.
+
+    Each TSV line: ``label \\t I1..I13 \\t C1..C26`` — integer dense features (empty = 0,
+    transformed ``log(1 + max(x, 0))``) and hexadecimal categorical IDs of up to 64 bits
+    (empty = no ID for that sample, a zero-length bag).  Raw IDs are a bijective 64-bit
+    mix of the value seeded by the column, with the top bit dropped (63-bit IDs), so
+    equal hex strings in different columns stay different features.  A Parquet file
+    (``.parquet``/``.pq`` or the ``PAR1`` magic) has the columns ``label, I1..I13, C1..C26``
+    (dense: integers, null = 0; categorical: hex strings, or integers taken as the ID's bits).
+
+    Args:
+        path: the file.
+        batch_size: samples per batch (the last batch may be shorter).
+        start: lines (rows) to skip first.
+        reader: ``arrow`` (pyarrow's CSV parser in a background thread, bounded memory: about
+            25x the reference), ``python`` (:func:`read_criteo_reference`) or ``auto`` (arrow when
+            pyarrow is installed).  Parquet always needs pyarrow.
+
+    Raises:
+        InputError: a missing file, no samples from line ``start`` on (an empty file), a line with a
+            wrong field count, a bad number or a byte that is not UTF-8, a truncated or corrupt ``.gz``
+            (reported with the line number), a Parquet file without the Criteo columns.
+    """
+    from . import criteo
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{path}: no such Criteo TSV file")
+    if reader not in ("auto", "arrow", "python"):
+        raise InputError(f"reader {reader!r}: choose auto, arrow or python")
+    used = criteo_reader(path, reader)
+    if used == "parquet":
+        yield from criteo.read_criteo_parquet(path, batch_size, start)
+    elif used == "python":
+        yield from read_criteo_reference(path, batch_size, start)
+    else:
+        yield from criteo.read_criteo_arrow(path, batch_size, start)

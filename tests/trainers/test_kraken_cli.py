@@ -64,3 +64,53 @@ def test_train_flags_are_generated_from_the_config():
     cfg = options_from_args(KrakenConfig, args)
     assert cfg.tables.max_rows == 7 and cfg.stream.zipf == 1.2 and cfg.run.resume and cfg.model.bottom == [8, 4]
     assert cfg.train.steps == 60  # from the file
+
+
+def _run_main(capsys, *argv: str) -> tuple[int, str, str]:
+    from torchhpc.trainers.cli import main
+
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        rc = exc.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_bench_on_a_criteo_file_end_to_end(capsys, tmp_path):
+    """`kraken bench --stream criteo --path FILE` runs the four variants on the user's log and writes
+    criteo.json and criteo.png; ebc_full's per-feature vocabulary is the count of distinct hex values
+    in each column of the file's first steps x batch-size lines (counted here from the text)."""
+    import random
+
+    rng = random.Random(0)
+    lines = []
+    for _ in range(200):
+        cats = [f"{rng.randrange(1 + 10 * c):08x}" if rng.random() > 0.1 else "" for c in range(26)]
+        lines.append("\t".join([str(rng.randint(0, 1)), *[str(rng.randint(0, 30)) for _ in range(13)], *cats]))
+    log = tmp_path / "day_0.tsv.gz"
+    import gzip
+
+    log.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    rc, out, err = _run_main(capsys, "kraken", "bench", "--stream", "criteo", "--path", str(log), "--steps", "6",
+                             "--batch-size", "32", "--dim", "4", "--out", str(tmp_path / "bench"), "--json")
+    assert rc == 0, err
+    res = json.loads(out.strip().splitlines()[-1])
+    assert [r["variant"] for r in res["results"]] == ["ebc_full", "ebc_hashed", "mc_ebc", "kraken"]
+    assert res["steps"] == 6 and res["stream"] == "criteo" and res["bayes_auc"] is None
+    fields = [x.split("\t") for x in lines[:6 * 32]]
+    assert res["vocab_per_feature"] == [max(1, len({f[14 + c] for f in fields if f[14 + c]})) for c in range(26)]
+    doc = json.loads((tmp_path / "bench" / "kraken" / "criteo.json").read_text())
+    assert [r["name"] for r in doc["rows"]][:4] == ["ebc_full", "ebc_hashed", "mc_ebc", "kraken"]
+    assert all(0.0 <= r["auc"] <= 1.0 for r in doc["rows"][:4]) and (tmp_path / "bench" / "kraken" / "criteo.png").is_file()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--stream", "criteo"], "path: give the Criteo-format log"),
+    (["--path", "x.tsv"], "add --stream criteo"),
+    (["--stream", "criteo", "--path", "/nonexistent/day_0.tsv"], "/nonexistent/day_0.tsv: no such Criteo"),
+])
+def test_bench_stream_options_are_checked(capsys, args, words):
+    """A Criteo bench without a file, a file without --stream criteo, a missing file: one line, exit 1."""
+    rc, _, err = _run_main(capsys, "kraken", "bench", "--steps", "2", "--out", "", *args)
+    assert rc != 0 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -60,6 +60,9 @@ def test_table_config_is_built_from_the_table_options():
     (lambda: StreamOptions(zipf=0.0), "stream: key 'zipf'"),
     (lambda: CheckpointOptions(full_every=0), "checkpoint: key 'full_every'"),
     (lambda: BenchOptions(steps=1), "bench: key 'steps'"),
+    (lambda: BenchOptions(stream="criteo"), "path: give the Criteo-format log"),
+    (lambda: BenchOptions(path="day_0.gz"), "add --stream criteo"),
+    (lambda: StreamOptions(reader="pandas"), "stream: key 'reader'"),
     (lambda: ServeOptions(checkpoint_dir="x", poll=-1.0), "serve: key 'poll'"),
     (lambda: KrakenConfig(tables=TableOptions(max_rows=0, memory_budget_mb=0)), "max_rows or memory_budget_mb"),
 ])
@@ -69,11 +72,12 @@ def test_values_out_of_range_name_the_option(build, words):
         build()
 
 
-@pytest.mark.parametrize("name", ["debug.yaml", "synthetic.yaml"])
-def test_published_configs_load(name):
+@pytest.mark.parametrize("name,source", [("debug.yaml", "synthetic"), ("synthetic.yaml", "synthetic"),
+                                         ("criteo.yaml", "criteo")])
+def test_published_configs_load(name, source):
     """Every key of the published configs still loads."""
     cfg = load_config(KrakenConfig, REPO / "configs" / "kraken" / name)
-    assert cfg.stream.source == "synthetic"
+    assert cfg.stream.source == source
 
 
 def test_serve_and_bench_flags_keep_their_spelling():
@@ -82,3 +86,4 @@ def test_serve_and_bench_flags_keep_their_spelling():
     bench = {f for f, _, _ in describe_flags(BenchOptions)}
     assert {"--checkpoint-dir", "--duration", "--poll", "--requests", "--until-step", "--idle"} <= serve
     assert {"--steps", "--vocab", "--batch-size", "--dim", "--fraction", "--seed", "--out", "--json"} <= bench
+    assert {"--stream", "--path"} <= bench
