@@ -332,9 +332,10 @@ def random_criteo_log(path: str | Path, lines: int, seed: int = 0) -> Path:
 def reader_speed(lines: int = 1_500_000, reference_lines: int = 100_000, batch_size: int = 512,
                  folder: str | None = None, seed: int = 0, repeats: int = 2) -> list[dict]:
     """Lines/s of the Criteo readers on one generated log (:func:`random_criteo_log`), written to a
-    temporary folder and deleted after: the arrow reader on the TSV, the gzip'd TSV and Parquet, the
-    Python reference on the TSV's first ``reference_lines`` lines, and pyarrow's bare CSV parse of the
-    same TSV (the ceiling: columns only, no IDs, no batches).  Wall and CPU seconds (all threads); the
+    temporary folder and deleted after: the arrow reader on the TSV (with its compiled parser where numba
+    is installed, and with pyarrow's parse for every block, as without numba), the gzip'd TSV and Parquet,
+    the Python reference on the TSV's first ``reference_lines`` lines, and pyarrow's bare CSV parse of
+    the same TSV (columns only, no IDs, no batches).  Wall and CPU seconds (all threads); the
     readers take turns ``repeats`` times and each one's fastest run is kept.
 
     Returns:
@@ -345,7 +346,7 @@ def reader_speed(lines: int = 1_500_000, reference_lines: int = 100_000, batch_s
     import shutil
     import tempfile
 
-    from .criteo import _csv_options
+    from .criteo import _csv_options, read_criteo_arrow
     from .stream import read_criteo_reference
 
     def cpu() -> float:
@@ -382,6 +383,7 @@ def reader_speed(lines: int = 1_500_000, reference_lines: int = 100_000, batch_s
             "pyarrow_csv_parse": (lambda: sum(b.num_rows for b in pcsv.open_csv(
                 str(tsv), read_options=ro, parse_options=po, convert_options=co)), size),
             "arrow_tsv": (lambda: count(read_criteo(tsv, batch_size, reader="arrow")), size),
+            "arrow_tsv_pyarrow_only": (lambda: count(read_criteo_arrow(tsv, batch_size, compiled=False)), size),
             "arrow_gzip": (lambda: count(read_criteo(gz, batch_size, reader="arrow")), size),
             "arrow_parquet": (lambda: count(read_criteo(pq_path, batch_size)), size),
             "python_reference_tsv": (lambda: count(read_criteo_reference(head, batch_size)), head_size),

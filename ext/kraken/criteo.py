@@ -1,25 +1,30 @@
-"""Criteo-format logs at disk speed: TSV (plain or gzip) through pyarrow's CSV parser, and Parquet.
+"""Criteo-format logs at disk speed: TSV (plain or gzip) through a compiled parser (numba) or pyarrow's
+CSV parser, and Parquet.
 
 The readable reference is :func:`~torchhpc.ext.kraken.stream.read_criteo_reference` (one line at a
 time in Python); this module gives the same :class:`~torchhpc.ext.kraken.stream.Batch` objects with
-the same values and the same errors, about 25 times faster (docs/kraken/io-notes.md).
+the same values and the same errors, about 20 times faster, 2-3 times the pyarrow path (docs/kraken/results.md).
 
 How a TSV file is read::
 
-    thread 1: file / gzip (zlib) --read 4 MiB--> text block of whole lines --pyarrow.csv.read_csv-->
-              table: label, I1..I13 int64; C1..C26 8-byte binary                 (2 tables ahead)
-    thread 2: table --> numpy: hex digits by a lookup table -> uint32 -> splitmix64 -> 63-bit IDs;
-              dense log1p by a table --> slices of batch_size rows --> Batch      (~2 blocks ahead)
+    thread 1: file / gzip (zlib) --read 4 MiB--> text block of whole lines --parse_block (numba, one pass)-->
+              labels, dense log1p by a table, hex IDs -> splitmix64 -> 63-bit IDs     (2 blocks ahead)
+              [a block off the strict layout, or no numba: pyarrow.csv.read_csv -> table]
+    thread 2: [table --> numpy: hex digits by a lookup table -> splitmix64; dense log1p by a table]
+              --> slices of batch_size rows --> Batch                                (~2 blocks ahead)
     caller:   takes the ready Batch objects (dense (B, 13), KeyedJaggedTensor of 26 features, labels)
 
 Memory stays bounded (a few blocks: tens of MB) whatever the file's size.
 
-The text is cut into blocks at line ends by this module, not by pyarrow, so each block's first line
-number is known.  A block that pyarrow cannot parse or that holds anything the reference would
-treat differently (a wrong field count, a non-integer, a non-hex ID, a label other than 0/1, an
-``x`` anywhere — pyarrow would read ``0x1f`` as an integer —, a lone ``\\r``) is parsed again by the
-reference's line parser: it raises the reference's error (file, line, column) or gives the
-reference's values.  IDs of other widths than 8 hex digits (up to 16) take a vectorised path too.
+The text is cut into blocks at line ends by this module, not by the parsers, so each block's first
+line number is known.  The compiled parser takes only the strict layout (label ``0``/``1``; dense
+empty or ``-?[0-9]{1,18}``; IDs empty or 1..16 hex digits; 40 fields; trailing ``\\r`` allowed) and
+gives up on a block holding any other line.  Such a block goes to pyarrow; a block that pyarrow cannot
+parse or that holds anything the reference would treat differently (a wrong field count, a
+non-integer, a non-hex ID, a label other than 0/1, an ``x`` anywhere — pyarrow would read ``0x1f`` as
+an integer —, a lone ``\\r``) is parsed again by the reference's line parser: it raises the
+reference's error (file, line, column) or gives the reference's values.  IDs of other widths than 8
+hex digits (up to 16) take a vectorised path too.
 """
 
 from __future__ import annotations
@@ -61,6 +66,8 @@ for _i, _c in enumerate(b"ABCDEF"):
 
 
 _GAMMA, _M1, _M2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+# the additive constant of criteo_ids' splitmix64 for column c (seed 99 + c): (seed + 1) * gamma mod 2**64
+_OFFSETS = np.array([((100 + c) * 0x9E3779B97F4A7C15) & ((1 << 64) - 1) for c in range(CRITEO_SPARSE)], np.uint64)
 
 
 def criteo_ids_numpy(raw: np.ndarray) -> np.ndarray:
@@ -80,6 +87,121 @@ def criteo_ids_numpy(raw: np.ndarray) -> np.ndarray:
         z ^= z >> np.uint64(31)
     z &= np.uint64((1 << 63) - 1)
     return z.view(np.int64)
+
+
+# ----------------------------------------------------------------------------- the compiled parser
+
+try:  # pragma: no cover - exercised where numba is installed (make setup installs it)
+    from numba import njit
+
+    _HAVE_NUMBA = True
+except ImportError:  # pragma: no cover
+    _HAVE_NUMBA = False
+
+
+def numba_available() -> bool:
+    """Whether the compiled TSV parser (:func:`parse_block`) can run (numba imports)."""
+    return _HAVE_NUMBA
+
+
+if _HAVE_NUMBA:  # pragma: no branch
+    _MASK63 = np.uint64((1 << 63) - 1)
+
+    @njit(cache=True, nogil=True)
+    def _parse_tsv(buf, hexv, offs, log1p, labels, dense, ids, present):  # pragma: no cover - compiled
+        """Lines of strict Criteo layout -> the arrays; returns ``(lines parsed, dense values past the
+        log1p table)``, or ``(-1 - k, 0)`` at line ``k`` (from 0), the first one off the layout.  One
+        line: ``0|1``, 13 x (tab, empty or ``-?[0-9]{1,18}``), 26 x (tab, empty or 1..16 hex digits),
+        any ``\\r``, then ``\\n`` or the end.  Dense: ``log1p[max(x, 0)]``, or ``float32(x)`` where ``x``
+        is past the table (the caller takes torch's log1p of those)."""
+        n = buf.shape[0]
+        table = log1p.shape[0]
+        big = 0
+        i = 0
+        row = 0
+        while i < n:
+            c = buf[i]  # the label: exactly '0' or '1'
+            if c != 48 and c != 49 or row >= labels.shape[0]:
+                return -1 - row, 0
+            labels[row] = c - 48
+            i += 1
+            for j in range(13):  # dense: empty, or an optional '-' and 1..18 decimal digits
+                if i >= n or buf[i] != 9:
+                    return -1 - row, 0
+                i += 1
+                neg = i < n and buf[i] == 45
+                if neg:
+                    i += 1
+                v = 0
+                d = 0
+                while i < n and 48 <= buf[i] <= 57:
+                    v = v * 10 + (buf[i] - 48)
+                    d += 1
+                    i += 1
+                if d > 18 or (neg and d == 0):
+                    return -1 - row, 0
+                if neg:
+                    dense[row, j] = log1p[0]
+                elif v < table:
+                    dense[row, j] = log1p[v]
+                else:
+                    dense[row, j] = np.float32(v)
+                    big += 1
+            for j in range(26):  # categorical: empty, or 1..16 hex digits -> splitmix64, 63 bits
+                if i >= n or buf[i] != 9:
+                    return -1 - row, 0
+                i += 1
+                v = np.uint64(0)
+                d = 0
+                if i + 8 < n:  # the common case first, without a branch per digit: 8 hex digits
+                    h = np.uint64(0)
+                    for k in range(8):
+                        h |= np.uint64(hexv[buf[i + k]])
+                        v = (v << np.uint64(4)) | np.uint64(hexv[buf[i + k]])
+                    if h < 16 and hexv[buf[i + 8]] >= 16:
+                        d = 8
+                        i += 8
+                    else:
+                        v = np.uint64(0)
+                while i < n and hexv[buf[i]] < 16:
+                    v = (v << np.uint64(4)) | np.uint64(hexv[buf[i]])
+                    d += 1
+                    i += 1
+                if d > 16:
+                    return -1 - row, 0
+                z = v + offs[j]
+                z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+                z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+                ids[j, row] = np.int64((z ^ (z >> np.uint64(31))) & _MASK63)
+                present[j, row] = d > 0
+            while i < n and buf[i] == 13:  # the reference strips trailing '\r' (and '\n')
+                i += 1
+            if i < n:
+                if buf[i] != 10:
+                    return -1 - row, 0
+                i += 1
+            row += 1
+        return row, big
+
+
+def parse_block(text: bytes, lines: int) -> Columns | int:
+    """A text block of ``lines`` whole lines in strict Criteo layout -> :class:`Columns` in one
+    compiled pass (labels, dense log1p values, hex IDs hashed by splitmix64 as
+    :func:`~torchhpc.ext.kraken.stream.criteo_ids`), or the index (from 0) of the first line off the
+    layout: anything else (a field count, a sign or space, ``0x``, a 17th digit, a non-ASCII byte, an
+    empty line) is left to the reference's parser, which gives its values or its error."""
+    buf = np.frombuffer(text, np.uint8)
+    labels = np.empty(lines, np.float32)
+    dense = np.empty((lines, CRITEO_DENSE), np.float32)
+    ids = np.empty((CRITEO_SPARSE, lines), np.int64)
+    present = np.empty((CRITEO_SPARSE, lines), bool)
+    got, big = _parse_tsv(buf, _HEX, _OFFSETS, _log1p_values(), labels, dense, ids, present)
+    if got != lines:
+        return -1 - got if got < 0 else min(got, lines)
+    if big:  # values of 2**20 and more, as float32: torch's log1p (the table ends at log1p(2**20 - 1) < 14)
+        where = dense >= _LOG1P_TABLE
+        dense[where] = torch.log1p(torch.from_numpy(dense[where])).numpy()
+    return Columns(labels, dense, ids, present)
 
 
 def have_pyarrow() -> bool:
@@ -135,16 +257,21 @@ _LOG1P_TABLE = 1 << 20
 _log1p_table: np.ndarray | None = None
 
 
+def _log1p_values() -> np.ndarray:
+    """torch's float32 ``log1p`` of ``0 .. 2**20 - 1`` (made once)."""
+    global _log1p_table
+    if _log1p_table is None:
+        _log1p_table = torch.log1p(torch.arange(_LOG1P_TABLE, dtype=torch.float32)).numpy()
+    return _log1p_table
+
+
 def dense_transform(x: np.ndarray) -> np.ndarray:
     """``log(1 + max(x, 0))`` of integer dense values ``(n, 13)`` int64 as float32, bit-equal to the
     reference's ``torch.log1p(float32(x).clamp(min=0))``: a table of torch's own values for
     ``0 .. 2**20 - 1`` (one numpy gather), torch for the few larger values."""
-    global _log1p_table
-    if _log1p_table is None:
-        _log1p_table = torch.log1p(torch.arange(_LOG1P_TABLE, dtype=torch.float32)).numpy()
     x = np.maximum(x, 0)
     big = x >= _LOG1P_TABLE
-    out = _log1p_table[np.where(big, 0, x)]
+    out = _log1p_values()[np.where(big, 0, x)]
     if big.any():
         out[big] = torch.log1p(torch.from_numpy(x[big].astype(np.float32))).numpy()
     return out
@@ -308,10 +435,11 @@ class _TsvParser:
     (:meth:`table`), then the arrays (:meth:`columns`; the reference's parser for a block pyarrow
     could not take or whose values it would read differently)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, compiled: bool = True):
         import pyarrow as pa
 
         self.path = path
+        self.compiled = compiled and _HAVE_NUMBA  # strict-layout blocks through parse_block
         self.fixed = _csv_options(pa.binary(8))
         self.any_width = _csv_options(pa.binary())
         self.widths_seen = False  # a block had IDs of other widths than 8: start with binary() from then on
@@ -328,8 +456,13 @@ class _TsvParser:
         return table if table.num_rows == lines else None  # a lone '\r' ends a row for pyarrow only
 
     def table(self, block: tuple[int, bytes, int]):
-        """``(first line, text, pyarrow Table or None)`` of a text block."""
+        """``(first line, text, pyarrow Table or None)`` of a text block (``Columns`` in place of the
+        table where the compiled parser took it)."""
         first, text, lines = block
+        if self.compiled:
+            got = parse_block(text, lines)
+            if isinstance(got, Columns):
+                return first, text, got
         table = None
         if b"x" not in text and b"X" not in text:  # pyarrow reads 0x1f as an integer; Python's int() does not
             if not self.widths_seen:
@@ -341,6 +474,8 @@ class _TsvParser:
 
     def columns(self, parsed) -> Columns:
         first, text, table = parsed
+        if isinstance(table, Columns):  # parsed by the compiled parser
+            return table
         got = columns_from_arrow(table) if table is not None else None
         return got if isinstance(got, Columns) else _columns_reference(self.path, first, text)
 
@@ -383,6 +518,20 @@ class _Gunzip:
         return b"".join(parts)
 
 
+def _read_after(reader, carry: bytes, n: int) -> tuple[bytes | bytearray, int]:
+    """``(carry + up to n more bytes, how many more)``: a plain file reads straight into the block's
+    buffer (one copy of the text, not three: a third of the text-cutting time)."""
+    if isinstance(reader, _Gunzip):
+        raw = reader.read(n)
+        return (carry + raw if carry else raw), len(raw)
+    buf = bytearray(len(carry) + n)
+    buf[:len(carry)] = carry
+    with memoryview(buf) as view:
+        got = reader.readinto(view[len(carry):])
+    del buf[len(carry) + got:]
+    return buf, got
+
+
 def _text_blocks(path: Path, start: int, block_bytes: int) -> Iterator[tuple[int, bytes, int]]:
     """``(first line number, text of whole lines, line count)`` from line ``start + 1`` on; a truncated or
     corrupt ``.gz`` is an :class:`InputError` naming the line after the last whole one."""
@@ -393,21 +542,24 @@ def _text_blocks(path: Path, start: int, block_bytes: int) -> Iterator[tuple[int
         reader = _Gunzip(fh) if path.suffix == ".gz" else fh
         while True:
             try:
-                raw = reader.read(block_bytes)
+                text, got = _read_after(reader, carry, block_bytes)
             except (EOFError, zlib.error) as exc:
                 what = "truncated gzip file" if isinstance(exc, EOFError) else "not valid gzip data"
-                error, raw = f"{what} ({exc})", b""
-            if not raw and not carry:
+                error, text, got = f"{what} ({exc})", carry, 0
+            if not text:
                 break
-            text = carry + raw if carry else raw
-            if raw:
+            if got:
                 cut = text.rfind(b"\n") + 1
                 if cut == 0:  # a line longer than a block: read on
                     carry = text
                     continue
             else:
                 cut = len(text) if error is None else text.rfind(b"\n") + 1  # a truncated line is not a line
-            text, carry = text[:cut], text[cut:]
+            carry = text[cut:]
+            if isinstance(text, bytearray):
+                del text[cut:]  # in place: no copy of the block
+            else:
+                text = text[:cut]
             lines = text.count(b"\n") + (0 if text.endswith(b"\n") or not text else 1)
             if lines and seen + lines > start:
                 if seen < start:  # the block that holds line `start`: drop the lines before it
@@ -416,7 +568,7 @@ def _text_blocks(path: Path, start: int, block_bytes: int) -> Iterator[tuple[int
                     lines, seen = lines - (start - seen), start
                 yield seen + 1, text, lines
             seen += lines
-            if error is not None or not raw:
+            if error is not None or not got:
                 break
     if error is not None:
         raise InputError(f"{path}:{seen + 1}: {error}")
@@ -492,12 +644,13 @@ def _no_samples(path: Path, start: int) -> InputError:
 
 
 def read_criteo_arrow(path: Path, batch_size: int = 512, start: int = 0,
-                      block_bytes: int = BLOCK_BYTES) -> Iterator[Batch]:
-    """:func:`~torchhpc.ext.kraken.stream.read_criteo` for TSV files through pyarrow (see the module doc)."""
+                      block_bytes: int = BLOCK_BYTES, compiled: bool = True) -> Iterator[Batch]:
+    """:func:`~torchhpc.ext.kraken.stream.read_criteo` for TSV files (see the module doc); ``compiled=False``
+    leaves out the compiled parser (pyarrow for every block, as without numba)."""
     _need_pyarrow("the arrow Criteo reader")
     path = Path(path)
 
-    parser = _TsvParser(path)
+    parser = _TsvParser(path, compiled)
     tables = _prefetched(map(parser.table, _text_blocks(path, start, block_bytes)), PREFETCH)
 
     def counted():

@@ -353,8 +353,9 @@ def read_criteo(path: str | Path, batch_size: int = 512, start: int = 0, reader:
         path: the file.
         batch_size: samples per batch (the last batch may be shorter).
         start: lines (rows) to skip first.
-        reader: ``arrow`` (pyarrow's CSV parser in a background thread, bounded memory: about
-            25x the reference), ``python`` (:func:`read_criteo_reference`) or ``auto`` (arrow when
+        reader: ``arrow`` (a compiled numba parser, pyarrow's CSV parser for blocks off the strict
+            layout or without numba, in background threads, bounded memory: about 20x the reference,
+            9x without numba), ``python`` (:func:`read_criteo_reference`) or ``auto`` (arrow when
             pyarrow is installed).  Parquet always needs pyarrow.
 
     Raises:

@@ -1,4 +1,5 @@
-"""The fast Criteo reader (pyarrow) against the readable reference: the same batches, the same errors."""
+"""The fast Criteo reader (compiled numba parser, pyarrow) against the readable reference: the same batches,
+the same errors."""
 
 from __future__ import annotations
 
@@ -63,41 +64,84 @@ def _error(it) -> str:
     return str(exc.value)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("name,batch,start,end", [("day.tsv", 64, 0, "\n"), ("day.tsv.gz", 100, 0, "\n"),
                                                   ("day.tsv", 33, 517, ""), ("day.tsv.gz", 1000, 5, "crlf")])
-def test_fast_reader_equals_reference(tmp_path, name, batch, start, end):
+def test_fast_reader_equals_reference(tmp_path, name, batch, start, end, compiled):
     """Plain and gzip, missing fields, negative and 31-bit dense values, CRLF, no final newline, skipped
-    lines, batches across blocks: the arrow reader's batches equal the Python reference's bit for bit."""
+    lines, batches across blocks: the arrow reader's batches (with the compiled parser, and with pyarrow
+    alone as without numba) equal the Python reference's bit for bit."""
     lines = _lines(1500)
     if end == "crlf":
         lines, end = [x + "\r" for x in lines], "\n"
     path = _write(tmp_path / name, lines, end)
-    fast = criteo.read_criteo_arrow(path, batch, start=start, block_bytes=20_000)  # ~80 lines a block
+    fast = criteo.read_criteo_arrow(path, batch, start=start, block_bytes=20_000, compiled=compiled)  # ~80 lines a block
     _assert_same(fast, read_criteo_reference(path, batch, start=start))
     _assert_same(read_criteo(path, batch, start=start), read_criteo_reference(path, batch, start=start))
 
 
 def test_ids_of_any_width_and_case_equal_reference(tmp_path):
-    """IDs of 1..16 hex digits, upper and lower case (users' own logs), take the vectorised path and
-    equal the reference."""
+    """IDs of 1..16 hex digits, upper and lower case (users' own logs), take pyarrow's vectorised path
+    (without the compiled parser) and the compiled parser, and both equal the reference."""
     lines = _lines(400, seed=3, hex_digits=lambda r: r.randint(1, 16))
     lines = [x.upper() if i % 3 == 0 else x for i, x in enumerate(lines)]
     path = _write(tmp_path / "wide.tsv", lines)
-    parser = criteo._TsvParser(path)
+    parser = criteo._TsvParser(path, compiled=False)
     first, text, table = parser.table(next(criteo._text_blocks(path, 0, 1 << 20)))
     assert table is not None and parser.widths_seen  # pyarrow took it (not the fallback)
-    _assert_same(criteo.read_criteo_arrow(path, 50, block_bytes=8000), read_criteo_reference(path, 50))
+    for compiled in (False, True):
+        _assert_same(criteo.read_criteo_arrow(path, 50, block_bytes=8000, compiled=compiled),
+                     read_criteo_reference(path, 50))
 
 
-def test_values_only_pythons_int_reads_take_the_reference_path(tmp_path):
-    """'+5', ' 7', leading-zero IDs: pyarrow rejects or reads them differently; the block falls back to
-    the reference's parser and the values still agree."""
+@pytest.mark.skipif(not criteo.numba_available(), reason="the compiled parser needs numba (make setup installs it)")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_compiled_parser_equals_reference_on_random_valid_text(tmp_path, seed):
+    """Random lines of the strict layout (IDs of 1..16 hex digits in both cases, dense values from -1e17
+    to 18 digits around the log1p table's end 2**20, empty fields, CRLF or no final newline): the compiled
+    parser takes every line (no fallback) and its arrays equal the reference line parser's bit for bit."""
+    rng = random.Random(seed)
+    edges = [0, 1, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, 10**18 - 1, -(10**17), (1 << 53) + 1, (1 << 59) + (1 << 35) + 1]
+    lines = _lines(600, seed=seed, hex_digits=lambda r: r.choice([8, 8, 8, r.randint(1, 16)]))
+    for k in range(0, 600, 3):
+        f = lines[k].split("\t")
+        f[rng.randint(1, 13)] = "-0" if k % 5 == 0 else str(rng.choice(edges))
+        if k % 2:
+            f[rng.randint(14, 39)] = f"{rng.getrandbits(64):016X}"
+        lines[k] = "\t".join(f)
+    text = "\n".join(x + "\r" * (k % 3 == 0) for k, x in enumerate(lines)).encode() + (b"\n" if seed else b"")
+    got = criteo.parse_block(text, len(lines))
+    want = criteo._columns_reference(tmp_path / "t.tsv", 1, text)
+    assert isinstance(got, criteo.Columns)
+    for a, b in [(got.labels, want.labels), (got.dense, want.dense), (got.ids, want.ids), (got.present, want.present)]:
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    path = tmp_path / "t.tsv"
+    path.write_bytes(text)
+    _assert_same(criteo.read_criteo_arrow(path, 37, block_bytes=7000), read_criteo_reference(path, 37))
+
+
+@pytest.mark.parametrize("odd", [
+    {1: "+5", 2: " 7", 14: "00000000000000000abc"},  # a sign, a space, 20 digits (fits 64 bits for int(s, 16))
+    {3: "1_000", 6: "7 "},  # int() takes underscores and trailing spaces
+    {0: "01", 4: "1234567890123456789"},  # a label with a leading zero, a 19-digit count
+    {20: "0x1f"},  # int("0x1f", 16) == 31
+    {7: "\u0663"},  # ARABIC-INDIC DIGIT THREE: int() reads 3
+])
+def test_values_only_pythons_int_reads_take_the_reference_path(tmp_path, odd):
+    """Values Python's int() reads but the strict layout does not hold: the compiled parser flags the
+    line, pyarrow rejects or reads them differently, the block falls back to the reference's parser and
+    the values still agree."""
     lines = _lines(200, seed=5)
     f = lines[50].split("\t")
-    f[1], f[2], f[14] = "+5", " 7", "00000000000000000abc"  # 20 digits, fits 64 bits for int(s, 16)
+    for k, v in odd.items():
+        f[k] = v
     lines[50] = "\t".join(f)
     path = _write(tmp_path / "odd.tsv", lines)
-    _assert_same(criteo.read_criteo_arrow(path, 32, block_bytes=3000), read_criteo_reference(path, 32))
+    for compiled in (True, False):
+        _assert_same(criteo.read_criteo_arrow(path, 32, block_bytes=3000, compiled=compiled),
+                     read_criteo_reference(path, 32))
+    if criteo.numba_available():
+        assert criteo.parse_block(path.read_bytes(), 200) == 50
 
 
 @pytest.mark.parametrize("bad", [
@@ -114,6 +158,9 @@ def test_values_only_pythons_int_reads_take_the_reference_path(tmp_path):
     lambda f: "\t".join(["", *f[1:]]),
     lambda f: "\t".join([*f[:3], "1\r2", *f[4:]]),  # a lone carriage return
     lambda f: "\t".join(f) + "\r" + "\t".join(f),  # two good rows for pyarrow, 79 fields for the reference
+    lambda f: "\t".join([*f[:6], "-", *f[7:]]),  # a sign without digits
+    lambda f: "\t".join([*f[:30], "ab\u00e9", *f[31:]]),  # a non-hex (non-ASCII) letter
+    lambda f: "\t".join(f[:14]) + "\t\t" + "\t".join(f[14:]),  # 41 fields, an empty one among them
 ])
 def test_bad_line_gives_the_references_error(tmp_path, bad):
     """A bad line deep in the file (a later block): the same one-line error as the reference, naming
@@ -124,6 +171,10 @@ def test_bad_line_gives_the_references_error(tmp_path, bad):
     want = _error(read_criteo_reference(path, 16))
     assert want.startswith(f"{path}:212: ")
     assert _error(criteo.read_criteo_arrow(path, 16, block_bytes=4000)) == want
+    assert _error(criteo.read_criteo_arrow(path, 16, block_bytes=4000, compiled=False)) == want
+    if criteo.numba_available():  # the compiled parser flags the line itself (its block goes to the fallback)
+        text = path.read_bytes()
+        assert criteo.parse_block(text, text.count(b"\n")) == 211
 
 
 def test_non_utf8_truncated_and_not_gzip_name_file_and_line(tmp_path):
