@@ -8,9 +8,12 @@ In one run, on the same trace, timed in turns (``time_interleaved``):
     (``context``),
   * decisions/s of the whole rollout loop with the kernel policy choosing (batched forward),
   * heuristic sequences/s (SJF, 1024-job windows),
-and the wall-clock of one PPO epoch (rollout and update split) of configs/sched/lublin1.yaml's settings.
+and the wall-clock of one PPO epoch (rollout and update split) of configs/sched/lublin1.yaml's settings;
+and, per backfilling mode, the bare simulators (no observation) on 256-job windows with random valid actions:
+the per-window reference ``ClusterSimulator`` (the anchor) against ``BatchedClusterSimulator`` advancing
+``--windows`` windows at once (and on the GPU when there is one) — decisions/s of each and their ratio.
 
-    python benchmarks/sched.py [--trace ../shared/data/swf/lublin_256.swf] [--envs 32] [--out runs/bench]
+    python benchmarks/sched.py [--trace ../shared/data/swf/lublin_256.swf] [--envs 32] [--windows 1024] [--out runs/bench]
 """
 
 from __future__ import annotations
@@ -104,6 +107,47 @@ def throughput_candidates(trace, envs: int, decisions: int) -> dict[str, Callabl
     }
 
 
+SIM_ANCHOR = "per_env_simulator"
+
+
+def simulator_candidates(trace, windows: int, decisions: int, backfill: str, length: int = 256
+                         ) -> dict[str, Callable[[], None]]:
+    """name -> a call that makes ``decisions`` decisions on ``length``-job windows with random valid actions:
+    the reference simulator one window at a time, and the batched one ``windows`` at a time (CPU, CUDA)."""
+    from torchhpc.ext.sched.batched import BatchedClusterSimulator
+    from torchhpc.ext.sched.simulator import ClusterSimulator
+
+    rng = np.random.default_rng(0)
+    low, high = length, len(trace) - length - 1  # the training draw of window starts
+    ref = ClusterSimulator(trace, backfill)
+
+    def ref_step() -> int:
+        if ref.done:
+            ref.reset(int(rng.integers(low, high)), length)
+        q = ref.queue
+        ref.schedule(q[int(rng.integers(len(q)))])
+        return 1
+
+    def batched(device: str) -> Callable[[], int]:
+        sim = BatchedClusterSimulator(trace, backfill, device=device)
+        gen = torch.Generator(device=device).manual_seed(0)
+        sim.reset(rng.integers(low, high, windows), length)
+
+        def step() -> int:
+            if bool(sim.done.all()):
+                sim.reset(rng.integers(low, high, windows), length)
+            before = sim.decisions
+            sim.schedule(sim.random_valid(gen))
+            return sim.decisions - before
+
+        return step
+
+    out = {SIM_ANCHOR: stepper(ref_step, decisions), "batched_simulator": stepper(batched("cpu"), decisions)}
+    if torch.cuda.is_available():
+        out["batched_simulator_cuda"] = stepper(batched("cuda"), decisions)
+    return out
+
+
 def ppo_epoch(trace_path: str | None) -> dict:
     """Wall-clock of one PPO epoch of configs/sched/lublin1.yaml (rollout and update split)."""
     from torchhpc.ext.core.config import load_config
@@ -130,26 +174,44 @@ def main() -> None:
     ap.add_argument("--envs", type=int, default=32, help="envs stepped together (default 32)")
     ap.add_argument("--decisions", type=int, default=20_000, help="decisions per timed call (default 20000)")
     ap.add_argument("--skip-ppo", action="store_true", help="leave out the PPO epoch")
+    ap.add_argument("--windows", type=int, default=1024, help="windows the batched simulator advances at once")
+    ap.add_argument("--sim-decisions", type=int, default=262_144,
+                    help="decisions per timed call of the bare simulators without backfilling (default 262144; "
+                         "a sixteenth with backfilling)")
+    ap.add_argument("--backfill", action="append", choices=["none", "rlscheduler", "easy"],
+                    help="backfilling modes of the bare-simulator rows (repeatable; default none and rlscheduler)")
+    ap.add_argument("--only-simulators", action="store_true", help="only the bare-simulator rows")
     args = ap.parse_args()
 
     from torchhpc.ext.sched.evaluate import draw_starts, evaluate_heuristic
     from torchhpc.ext.sched.swf import load_sched_trace
 
     trace = load_sched_trace(args.trace)
-    timings = time_interleaved(throughput_candidates(trace, args.envs, args.decisions), repeats=args.repeats)
-    per_s = {name: args.decisions / t.median for name, t in timings.items()}  # the same decisions per call
-    rows = [result_row("decisions", timings, anchor=ANCHOR, decisions=args.decisions, decisions_per_s=per_s)]
-    starts = draw_starts(trace, 5, 1024, 1)
-    sjf = time_interleaved({"sjf": lambda: evaluate_heuristic(trace, "sjf", starts, 1024, "none")},
-                           repeats=args.repeats, warmup=0)
-    rows.append(result_row("sjf_1024_job_sequences", sjf, sequences_per_s=len(starts) / sjf["sjf"].median))
-    if not args.skip_ppo:
-        rows.append({"name": "ppo_epoch", **ppo_epoch(args.trace)})
+    rows, per_s = [], {}
+    for backfill in args.backfill or ["none", "rlscheduler"]:
+        n = args.sim_decisions if backfill == "none" else args.sim_decisions // 16  # backfilling: far slower
+        sim = time_interleaved(simulator_candidates(trace, args.windows, n, backfill), repeats=args.repeats)
+        sim_per_s = {name: n / t.median for name, t in sim.items()}
+        rows.append(result_row(f"simulator_{backfill}", sim, anchor=SIM_ANCHOR, decisions=n,
+                               windows=args.windows, decisions_per_s=sim_per_s))
+        per_s |= {f"{name}_{backfill}": v for name, v in sim_per_s.items()}
+    if not args.only_simulators:
+        timings = time_interleaved(throughput_candidates(trace, args.envs, args.decisions), repeats=args.repeats)
+        env_per_s = {name: args.decisions / t.median for name, t in timings.items()}  # the same decisions per call
+        rows.append(result_row("decisions", timings, anchor=ANCHOR, decisions=args.decisions,
+                               decisions_per_s=env_per_s))
+        per_s |= env_per_s
+        starts = draw_starts(trace, 5, 1024, 1)
+        sjf = time_interleaved({"sjf": lambda: evaluate_heuristic(trace, "sjf", starts, 1024, "none")},
+                               repeats=args.repeats, warmup=0)
+        rows.append(result_row("sjf_1024_job_sequences", sjf, sequences_per_s=len(starts) / sjf["sjf"].median))
+        if not args.skip_ppo:
+            rows.append({"name": "ppo_epoch", **ppo_epoch(args.trace)})
     print_rows(rows)
     for name, v in per_s.items():
-        print(f"{name:<28} {v:>10.0f} decisions/s")
+        print(f"{name:<36} {v:>10.0f} decisions/s")
     params = {"trace": trace.name, "envs": args.envs, "decisions": args.decisions, "repeats": args.repeats,
-              "torch_threads": torch.get_num_threads()}
+              "windows": args.windows, "sim_decisions": args.sim_decisions, "torch_threads": torch.get_num_threads()}
     write_results("sched", "throughput", rows, out=args.out, params=params)
     png = bar_plot(Path(args.out) / "sched" / "throughput.png", list(per_s), {"decisions/s": list(per_s.values())},
                    ylabel="scheduling decisions / s", title=f"simulator throughput on {trace.name} ({args.envs} envs)")

@@ -194,7 +194,10 @@ class HeuristicsOptions(WindowOptions):
 class EvalCommandOptions(WindowOptions):
     """``sched eval``: a trained policy beside the heuristics, table and box plot."""
 
-    checkpoint: str = option(help="run folder (runs/sched/<id>) or checkpoint file")
+    checkpoint: str = option(help="run folder (runs/sched/<id>), checkpoint file, or pretrained:NAME (a policy "
+                             "shipped with the package, e.g. pretrained:lublin1-backfill)")
+    backfill: str | None = option(None, help="none | rlscheduler | easy; null = as the policy was trained",
+                                  choices=BACKFILLS)
     which: str = option("best", help="checkpoint of a run folder: best on the held-out windows (eval.validate; "
                         "the last one when the run has none) or last", choices=["best", "last"])
     greedy: bool = option(False, help="argmax actions instead of sampling them (the paper samples)")
@@ -204,6 +207,25 @@ class EvalCommandOptions(WindowOptions):
 
     def __post_init__(self) -> None:
         _check_heuristics(self.policy, "--policy")
+
+
+@dataclass(kw_only=True)
+class ExportOptions:
+    """``sched export``: a trained run's policy as a pretrained policy (weights + card with config and scores)."""
+
+    checkpoint: str = option(help="run folder (runs/sched/<id>)")
+    name: str = option(help="name of the pretrained policy (pretrained:NAME), e.g. lublin1-backfill")
+    which: str = option("best", help="checkpoint: best on the held-out windows or last", choices=["best", "last"])
+    unseen: list[str] = option(default_factory=list, help="traces it was not trained on, scored on the same "
+                               "windows as its own (repeatable); the first also gives the card's quick check")
+    command: str | None = option(None, help="the command that trained the run (recorded on the card)")
+    notes: str | None = option(None, help="a free-text note on the card")
+    folder: str | None = option(None, help="where to write NAME.pt and NAME.json; null = the package's "
+                                "ext/sched/pretrained/")
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c in self.name for c in "/\\: "):
+            raise ConfigError(f"--name must be a plain file name, got {self.name!r}")
 
 
 # ----------------------------------------------------------------------------- demo
@@ -219,6 +241,7 @@ class SchedTour:
 
 
 __all__ = [
-    "BACKFILLS", "METRIC_CHOICES", "EnvOptions", "EvalCommandOptions", "EvalOptions", "HeuristicsOptions",
+    "BACKFILLS", "METRIC_CHOICES", "EnvOptions", "EvalCommandOptions", "EvalOptions", "ExportOptions",
+    "HeuristicsOptions",
     "PPOOptions", "SchedConfig", "SchedTour", "TraceOptions", "WindowOptions",
 ]

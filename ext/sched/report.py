@@ -87,6 +87,35 @@ def heuristics(opts: HeuristicsOptions) -> dict[str, dict[str, float]]:
     return results
 
 
+def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], Path, str]:
+    """``(epoch, state, folder for plots, backfilling it was trained with)`` of a ``--checkpoint`` value: a run
+    folder, a checkpoint file, or ``pretrained:NAME`` (a shipped policy; plots go to ``runs/sched/pretrained-NAME``).
+
+    Raises:
+        InputError: no such run, file or shipped policy, or an unreadable checkpoint.
+    """
+    import yaml
+
+    from .ppo import load_checkpoint
+    from .zoo import PREFIX, card, is_pretrained, load_pretrained
+
+    if is_pretrained(spec):
+        name = spec[len(PREFIX):]
+        step, state = load_pretrained(name)
+        info = card(name)
+        return step, state, Path("runs/sched") / f"pretrained-{name}", (info.get("setting") or {}).get(
+            "backfill", "none")
+    step, state, out_dir = load_checkpoint(spec, which)
+    cfg = Path(out_dir) / "config.yaml"
+    backfill = "none"
+    if cfg.is_file():
+        try:
+            backfill = (yaml.safe_load(cfg.read_text()) or {}).get("env", {}).get("backfill", "none")
+        except yaml.YAMLError:
+            backfill = "none"
+    return step, state, Path(out_dir), backfill
+
+
 def evaluate_checkpoint(opts: EvalCommandOptions) -> dict[str, Any]:
     """``sched eval``: the checkpoint's policy beside the heuristics on the windows; prints the table (or JSON),
     the windows won, the paired bootstrap ratio, and writes the box plot beside the run.
@@ -94,23 +123,26 @@ def evaluate_checkpoint(opts: EvalCommandOptions) -> dict[str, Any]:
     Raises:
         InputError: no run folder or checkpoint file at ``opts.checkpoint``, or an unreadable one.
     """
-    from .ppo import agent_settings, evaluate_policy, from_checkpoint, load_checkpoint
+    from .ppo import agent_settings, evaluate_policy, from_checkpoint
 
-    step, state, out_dir = load_checkpoint(opts.checkpoint, opts.which)
+    step, state, out_dir, trained_backfill = policy_source(opts.checkpoint, opts.which)
+    backfill = opts.backfill or trained_backfill
     if not opts.json:
-        print(f"checkpoint: epoch {step}" + (f" (best held-out {state['best']['value']:.2f} at epoch "
-                                             f"{state['best']['epoch']})" if state.get("best") else ""))
+        print(f"checkpoint: epoch {step}" + (
+            f" (best held-out {state['best']['value']:.2f} at epoch {state['best']['epoch']})"
+            if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}")
     agent = from_checkpoint(state)
     trace = window_trace(opts)
     starts = window_starts(opts, trace)
-    rl_rows = evaluate_policy(agent, trace, starts, opts.length, opts.backfill, greedy=opts.greedy,
+    rl_rows = evaluate_policy(agent, trace, starts, opts.length, backfill, greedy=opts.greedy,
                               samples=opts.samples, seed=opts.seed, settings=agent_settings(state))
     per_seq = {"rl": rl_rows}
     for name in opts.policy:
-        per_seq[name] = evaluate_heuristic(trace, name, starts, opts.length, opts.backfill)
+        per_seq[name] = evaluate_heuristic(trace, name, starts, opts.length, backfill)
     results = {k: summarise(v) for k, v in per_seq.items()}
-    png = box_plot(per_seq, out_dir / f"eval_{trace.name}_{opts.backfill}.png",
-                   f"{trace.name}, backfill={opts.backfill}, {len(starts)} x {opts.length} jobs")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = box_plot(per_seq, out_dir / f"eval_{trace.name}_{backfill}.png",
+                   f"{trace.name}, backfill={backfill}, {len(starts)} x {opts.length} jobs")
     if opts.json:
         print(json.dumps(results))
         return results
@@ -127,4 +159,5 @@ def evaluate_checkpoint(opts: EvalCommandOptions) -> dict[str, Any]:
     return results
 
 
-__all__ = ["box_plot", "evaluate_checkpoint", "heuristics", "metrics_table", "window_starts", "window_trace"]
+__all__ = ["box_plot", "evaluate_checkpoint", "heuristics", "metrics_table", "policy_source", "window_starts",
+           "window_trace"]

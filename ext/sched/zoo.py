@@ -1,0 +1,190 @@
+"""Pretrained policies shipped with the package: ``pretrained("lublin1-backfill")``, ``--checkpoint pretrained:NAME``.
+
+Each shipped policy is two files of package data in ``ext/sched/pretrained/`` (``torchhpc/ext/sched/pretrained/``
+once installed):
+
+* ``NAME.pt`` — a checkpoint that :func:`~torchhpc.ext.sched.ppo.read_checkpoint` reads: the policy's (actor's)
+  weights (a few KB) and the observation settings it was trained with, nothing else (no critic, no optimiser
+  state: :func:`load_pretrained` gives it an untrained critic, which acting and evaluating never use);
+* ``NAME.json`` — its card: the setting (trace, backfilling, objective), the full training config, the command
+  that trained it, the run's training time, and its scores (``sched eval`` beside the heuristics, with the
+  paired bootstrap interval of RL / the best heuristic), on its own trace and on traces it was not trained on.
+
+:func:`export_policy` writes both from a run folder (it is how the shipped files were made).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchhpc.ext.core.errors import InputError
+
+PREFIX = "pretrained:"
+#: the folder of the shipped policies (package data)
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+
+
+def available(folder: Path | None = None) -> list[str]:
+    """Names of the shipped policies (those with both a ``.pt`` and a ``.json`` file)."""
+    d = folder or PRETRAINED_DIR
+    if not d.is_dir():
+        return []
+    return sorted(p.stem for p in d.glob("*.pt") if p.with_suffix(".json").is_file())
+
+
+def _path(name: str, folder: Path | None = None) -> Path:
+    names = available(folder)
+    if name not in names:
+        raise InputError(f"no pretrained sched policy {name!r} (shipped: {', '.join(names) or 'none'})")
+    return (folder or PRETRAINED_DIR) / f"{name}.pt"
+
+
+def card(name: str, folder: Path | None = None) -> dict[str, Any]:
+    """The card of a shipped policy: setting, config, training command, scores (see the module docstring).
+
+    Raises:
+        InputError: no shipped policy of that name (the message lists those shipped).
+    """
+    return json.loads(_path(name, folder).with_suffix(".json").read_text())
+
+
+def load_pretrained(name: str, folder: Path | None = None) -> tuple[int, dict[str, Any]]:
+    """``(epoch, state)`` of a shipped policy, as :func:`~torchhpc.ext.sched.ppo.read_checkpoint` returns them."""
+    from .ppo import agent_settings, new_agent, read_checkpoint
+
+    step, state = read_checkpoint(_path(name, folder))
+    full = new_agent(**agent_settings(state)).state_dict()  # the critic is not shipped: an untrained one
+    state["agent"] = {k: state["agent"].get(k, v) for k, v in full.items()}
+    return step, state
+
+
+def pretrained(name: str, device: str | torch.device = "cpu"):
+    """The shipped policy ``name`` as a :class:`~torchhpc.ext.sched.modules.SchedulingAgent` (eval mode).
+
+    Its observation settings are ``agent_settings(load_pretrained(name)[1])``; :func:`card` gives the rest::
+
+        from torchhpc.ext.sched import pretrained
+        agent = pretrained("lublin1-backfill")
+
+    Raises:
+        InputError: no shipped policy of that name (the message lists those shipped).
+    """
+    from .ppo import from_checkpoint
+
+    _, state = load_pretrained(name)
+    return from_checkpoint(state, device=device).eval()
+
+
+def is_pretrained(spec: str) -> bool:
+    """Whether a ``--checkpoint`` value names a shipped policy (``pretrained:NAME``)."""
+    return str(spec).startswith(PREFIX)
+
+
+def export_policy(run: str | Path, name: str, which: str = "best", folder: Path | None = None,
+                  scores: dict[str, Any] | None = None, command: str | None = None,
+                  notes: str | None = None) -> Path:
+    """Write a run's policy as the shipped policy ``name``: ``NAME.pt`` (weights and settings only) and
+    ``NAME.json`` (the card: config, command, training time, ``scores``).  Returns the ``.pt`` path."""
+    import yaml
+
+    from .ppo import AGENT_SETTINGS, load_checkpoint
+
+    step, state, run_dir = load_checkpoint(run, which)
+    slim = {"agent": {k: v.detach().clone() for k, v in state["agent"].items() if k.startswith("actor.")}}
+    slim |= {k: state[k] for k in AGENT_SETTINGS if k in state}
+    d = folder or PRETRAINED_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    out = d / f"{name}.pt"
+    torch.save({"step": step, "state": slim}, out)
+    cfg_file = Path(run_dir) / "config.yaml"
+    config = yaml.safe_load(cfg_file.read_text()) if cfg_file.is_file() else None
+    summary_file = Path(run_dir) / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    info = {
+        "name": name,
+        "setting": None if config is None else {
+            "trace": Path(config["trace"]["path"]).name if config["trace"].get("path") else "generated Lublin",
+            "backfill": config["env"]["backfill"], "metric": config["env"]["metric"]},
+        "checkpoint": {"run": Path(run_dir).name, "which": which, "epoch": step},
+        "train_s": summary.get("train_seconds"),
+        "command": command,
+        "config": config,
+        "scores": scores or {},
+        "notes": notes,
+    }
+    out.with_suffix(".json").write_text(json.dumps(info, indent=1) + "\n")
+    return out
+
+
+def score(state: dict[str, Any], trace, starts, length: int, backfill: str, *, heuristics=("fcfs", "sjf", "f1"),
+          sampled_seed: int | None = 1) -> dict[str, Any]:
+    """A policy's scores on windows of a trace beside the heuristics: mean bsld of the greedy policy and of
+    one sampled pass (the paper's protocol, ``sampled_seed``; None: skip it), each heuristic's, the best
+    heuristic, and RL / best heuristic with its 95 % paired bootstrap interval and the windows won."""
+    from .evaluate import evaluate_heuristic, mean_ratio, summarise, windows_better
+    from .ppo import agent_settings, evaluate_policy, from_checkpoint
+
+    agent = from_checkpoint(state).eval()
+    settings = agent_settings(state)
+    heur = {h: evaluate_heuristic(trace, h, list(starts), length, backfill) for h in heuristics}
+    means = {h: summarise(rows)["bsld"] for h, rows in heur.items()}
+    best = min(means, key=means.get)
+    out: dict[str, Any] = {"trace": trace.name, "procs": int(trace.procs_total), "backfill": backfill,
+                           "starts": [int(x) for x in starts], "length": length, "heuristics": means,
+                           "best_heuristic": best}
+    passes = {"greedy": (True, 1)} | ({"sampled": (False, sampled_seed)} if sampled_seed is not None else {})
+    for label, (greedy, seed) in passes.items():
+        rows = evaluate_policy(agent, trace, list(starts), length, backfill, greedy=greedy, samples=1, seed=seed,
+                               settings=settings)
+        r, lo, hi = mean_ratio(rows, heur[best]) if len(starts) > 1 else (summarise(rows)["bsld"] / means[best],
+                                                                           float("nan"), float("nan"))
+        out[f"rl_{label}"] = {"bsld": summarise(rows)["bsld"], "ratio_to_best": [r, lo, hi],
+                              "windows_won": list(windows_better(rows, heur[best]))}
+    return out
+
+
+def export_command(opts) -> Path:
+    """``sched export``: score a run's policy on its own test windows and on ``--unseen`` traces, then write it
+    with its card (:func:`export_policy`).  Prints where it went and the headline scores."""
+    import yaml
+
+    from .ppo import load_checkpoint
+    from .swf import load_sched_trace
+
+    step, state, run_dir = load_checkpoint(opts.checkpoint, opts.which)
+    cfg_file = Path(run_dir) / "config.yaml"
+    if not cfg_file.is_file():
+        raise InputError(f"{run_dir}: no config.yaml (sched export needs a run folder)")
+    cfg = yaml.safe_load(cfg_file.read_text())
+    backfill, ev = cfg["env"]["backfill"], cfg["eval"]
+    own = load_sched_trace(cfg["trace"]["path"], cfg["trace"].get("procs"), cfg["trace"].get("generate_jobs", 10_000),
+                           cfg["trace"].get("generate_seed", 0), cfg["trace"].get("strict", True))
+    scores: dict[str, Any] = {"own": score(state, own, ev["starts"], ev["length"], backfill), "unseen": []}
+    for i, path in enumerate(opts.unseen):
+        other = load_sched_trace(path)
+        scores["unseen"].append(score(state, other, ev["starts"], ev["length"], backfill))
+        if i == 0:  # the quick check the tests replay: 3 windows of 256 jobs, greedy
+            quick = score(state, other, [1000, 4000, 7000], 256, backfill, heuristics=("fcfs",), sampled_seed=None)
+            scores["unseen_check"] = {"trace": other.name, "starts": quick["starts"], "length": 256,
+                                      "rl_bsld": quick["rl_greedy"]["bsld"]}
+    folder = Path(opts.folder) if opts.folder else None
+    out = export_policy(run_dir, opts.name, opts.which, folder, scores, opts.command, opts.notes)
+    o = scores["own"]
+    print(f"wrote {out} and {out.with_suffix('.json').name} (epoch {step})")
+    for label in ("greedy", "sampled"):
+        r, lo, hi = o[f"rl_{label}"]["ratio_to_best"]
+        print(f"{o['trace']} backfill={backfill}: RL {label} {o[f'rl_{label}']['bsld']:.2f}, best heuristic "
+              f"{o['best_heuristic']} {o['heuristics'][o['best_heuristic']]:.2f}, ratio {r:.3f} [{lo:.3f}, {hi:.3f}]")
+    for u in scores["unseen"]:
+        r, lo, hi = u["rl_greedy"]["ratio_to_best"]
+        print(f"unseen {u['trace']}: RL greedy {u['rl_greedy']['bsld']:.2f}, best heuristic {u['best_heuristic']} "
+              f"{u['heuristics'][u['best_heuristic']]:.2f}, ratio {r:.3f} [{lo:.3f}, {hi:.3f}]")
+    return out
+
+
+__all__ = ["PREFIX", "PRETRAINED_DIR", "available", "card", "export_command", "export_policy", "is_pretrained", "load_pretrained",
+           "pretrained", "score"]

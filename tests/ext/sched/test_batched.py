@@ -1,0 +1,88 @@
+"""The batched simulator against the per-window reference simulator, decision for decision."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.sched.batched import BatchedClusterSimulator
+from torchhpc.ext.sched.simulator import ClusterSimulator
+from torchhpc.ext.sched.swf import SchedTrace, read_swf
+
+MODES = ["none", "rlscheduler", "easy"]
+
+
+def tie_heavy_trace(seed: int, n: int = 400, total: int = 8) -> SchedTrace:
+    """Small integer times, so that ends, requested ends and submits often coincide."""
+    rng = np.random.default_rng(seed)
+    arr = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    submit = np.sort(rng.integers(0, n * 6, n))
+    run = rng.choice([10, 20, 30], n)
+    req = run + rng.choice([0, 0, 10], n)
+    return SchedTrace(name="ties", procs_total=total, job_id=np.arange(1, n + 1), submit=arr(submit), run=arr(run),
+                      req_time=arr(req), procs=arr(rng.integers(1, total + 1, n)), req_mem=-np.ones(n),
+                      user=-np.ones(n), group=-np.ones(n), executable=-np.ones(n), max_run_time=60.0)
+
+
+def replay(trace: SchedTrace, mode: str, starts: list[int], length: int, seed: int = 0) -> int:
+    """Random valid actions fed to both simulators; every window's queue, start times, clock and free
+    processors compared after every decision, then the metrics.  Returns the decisions made."""
+    batched = BatchedClusterSimulator(trace, mode)
+    batched.reset(starts, length)
+    refs = [ClusterSimulator(trace, mode) for _ in starts]
+    for ref, s in zip(refs, starts, strict=True):
+        ref.reset(s, length)
+    gen = torch.Generator().manual_seed(seed)
+    while not bool(batched.done.all()):
+        jobs = batched.random_valid(gen)
+        for b, ref in enumerate(refs):
+            if not ref.done:
+                ref.schedule(starts[b] + int(jobs[b]))
+        batched.schedule(jobs)
+        for b, ref in enumerate(refs):
+            s = starts[b]
+            assert bool(batched.done[b]) == ref.done
+            assert torch.nonzero(batched.queued[b]).squeeze(1).tolist() == sorted(j - s for j in ref.queue)
+            assert batched.start_time[b].tolist() == [ref.start_time.get(s + i, -1) for i in range(length)]
+            assert (int(batched.now[b]), int(batched.free[b])) == (ref.now, ref.free)
+            running = [r[3] - s for r in ref.running]  # in the reference's list order (its tie-breaking)
+            assert batched.running_order(b) == running
+    metrics = batched.metrics()
+    for b, ref in enumerate(refs):
+        m = ref.metrics()
+        for name, values in metrics.items():
+            assert float(values[b]) == pytest.approx(m.get(name), rel=1e-12), name
+    return batched.decisions
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_equals_reference_on_lublin1(shared_data, mode):
+    """Six 128-job Lublin-1 windows: the same random actions give the same schedule as ClusterSimulator."""
+    trace = read_swf(shared_data / "swf" / "lublin_256.swf").for_scheduling()
+    assert replay(trace, mode, [300, 1981, 4000, 5500, 7000, 9000], 128) > 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_equals_reference_with_many_ties(mode):
+    """Tie-heavy synthetic windows (equal ends, requested ends and submits): the reference's list-order
+    tie-breaking is reproduced, including after backfilling's re-sorts by requested end."""
+    trace = tie_heavy_trace(1)
+    replay(trace, mode, [0, 50, 100, 150, 200, 250, 300], 96, seed=3)
+
+
+def test_bad_input():
+    """A job not in its window's queue, one job count per window and decreasing submits are clear errors."""
+    trace = tie_heavy_trace(0, n=20)
+    sim = BatchedClusterSimulator(trace)
+    sim.reset([0, 5], 10)
+    with pytest.raises(InputError, match="not waiting"):
+        sim.schedule([0, 3])
+    with pytest.raises(InputError, match="one job per window"):
+        sim.schedule([0])
+    with pytest.raises(InputError, match="outside"):
+        sim.reset([15], 10)
+    trace.submit[3] = 0
+    with pytest.raises(InputError, match="decrease"):
+        BatchedClusterSimulator(trace)
