@@ -50,3 +50,26 @@ def test_ext_never_imports_trainers():
     pattern = re.compile(r"^\s*(from|import)\s+torchhpc\.trainers", re.M)
     offenders = [p for p in (REPO / "ext").rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
+
+
+def test_data_files_in_code_folders_are_package_data():
+    """Every non-Python file tracked in a code folder (sched's pretrained policies, collectives' script)
+    matches a package-data pattern of its package, else a wheel install would lack it."""
+    import fnmatch
+    import subprocess
+
+    data = _pyproject()["tool"]["setuptools"].get("package-data", {})
+    tracked = subprocess.run(["git", "ls-files", *CODE], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    missing = []
+    for rel in tracked:
+        path = Path(rel)
+        if path.suffix in {".py", ".pyi"} or path.name.endswith(".md"):
+            continue
+        # the package is the deepest folder above the file that has an __init__.py
+        pkg_dir = next(p for p in path.parents if (REPO / p / "__init__.py").exists())
+        pkg = ".".join([CODE[pkg_dir.parts[0]], *pkg_dir.parts[1:]])
+        inner = path.relative_to(pkg_dir).as_posix()
+        if not any(fnmatch.fnmatch(inner, pat) for pat in data.get(pkg, [])):
+            missing.append(rel)
+    assert not missing, f"not in pyproject package-data: {missing}"
