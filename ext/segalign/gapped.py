@@ -17,11 +17,16 @@ score seen is dead; an extension ends when two consecutive anti-diagonals are
 dead.  Each cell keeps 4 traceback bits (H's source, whether E / F extended);
 the traceback is vectorised too, one move of every extension per step.
 
-Anchors (the middle of each HSP) are taken in batches of doubling size, best HSP
-first; anchors lying on an alignment already found are skipped and the cells of
-found alignments are walls for later extensions (LASTZ does both, so a repeat gives
-its own block instead of running into the main one); alignments scoring under
-``gappedthresh`` are dropped.
+Anchors (the middle of each HSP) are processed one after the other, best HSP first, as
+LASTZ does: an anchor lying on an alignment already found is skipped, and the path of
+every alignment found is a wall for later extensions (:class:`Walls`: every cell the
+path passes through, gap cells included, so a later extension can neither share a
+cell with it nor cross it), so a repeat gives its own block instead of running into
+the main one and no two blocks share an aligned pair; alignments scoring under
+``gappedthresh`` are dropped.  Anchors are extended in batches (side by side on
+``--threads``) speculatively: each extension reports the cells it computed, and one
+whose computed cells meet a wall added by an earlier anchor of its batch is extended
+again, so the alignments are those of the one-by-one order whatever the batch size.
 """
 
 from __future__ import annotations
@@ -40,15 +45,73 @@ NEG = -(1 << 29)
 NUMPY_MAX_BATCH = 256
 """Largest batch of anchors of the NumPy kernel (a step of the batch costs about the same for 1 or 256)."""
 
-NUMBA_MAX_BATCH = 8
-"""Largest batch of anchors of the numba kernel (its extensions run side by side on ``--threads``)."""
+NUMBA_BATCH_PER_THREAD = 1
+"""Anchors of the numba kernel's batches per thread (its extensions run side by side on ``--threads``)."""
+
+
+class Walls:
+    """The cells of the alignments found so far, as target intervals per query base.
+
+    ``lo[q, k] <= t <= hi[q, k]`` (``k < count[q]``; ``-1`` past the last) marks the cells
+    ``(t, q)`` the ``k``-th alignment through query base ``q`` passes: its aligned pair, or
+    for a gap the cells ``(last target consumed, last query consumed)`` of each column, so
+    the path is a connected chain of cells that a later extension cannot cross.  The number
+    of slots per base grows as repeats stack alignments on one query base.
+    """
+
+    def __init__(self, n_q: int):
+        self.lo = np.full((n_q, 1), -1, dtype=np.int32)
+        self.hi = np.full((n_q, 1), -1, dtype=np.int32)
+        self.count = np.zeros(n_q, dtype=np.int32)
+
+    @classmethod
+    def from_cover(cls, cover: np.ndarray) -> Walls:
+        """One aligned cell ``(cover[q], q)`` per query base (``-1``: none)."""
+        w = cls(cover.size)
+        w.lo[:, 0] = w.hi[:, 0] = cover
+        w.count[:] = cover >= 0
+        return w
+
+    def on(self, t: int, q: int) -> bool:
+        """Whether cell ``(t, q)`` lies on an alignment found before."""
+        k = int(self.count[q])
+        lo, hi = self.lo[q, :k], self.hi[q, :k]
+        return bool(((lo <= t) & (t <= hi)).any())
+
+    @staticmethod
+    def cells(tpos: np.ndarray, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The cells of an alignment's columns (``-1``: gap): the last target and query base consumed."""
+        ct = np.maximum.accumulate(tpos)
+        cq = np.maximum.accumulate(qpos)
+        keep = (ct >= 0) & (cq >= 0)
+        return ct[keep], cq[keep]
+
+    def add(self, tpos: np.ndarray, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Add an alignment's path (columns, ``-1`` on the gapped side); returns its cells."""
+        ct, cq = self.cells(tpos, qpos)
+        if not cq.size:
+            return ct, cq
+        # cq is nondecreasing: one interval per query base, from its first cell to its last
+        first = np.flatnonzero(np.r_[True, cq[1:] != cq[:-1]])
+        last = np.r_[first[1:] - 1, cq.size - 1]
+        uq = cq[first]
+        slot = self.count[uq]
+        if slot.max() >= self.lo.shape[1]:
+            k = self.lo.shape[1]
+            grow = np.full((self.lo.shape[0], k), -1, dtype=np.int32)
+            self.lo = np.concatenate([self.lo, grow], axis=1)
+            self.hi = np.concatenate([self.hi, grow.copy()], axis=1)
+        self.lo[uq, slot] = ct[first]
+        self.hi[uq, slot] = ct[last]
+        self.count[uq] += 1
+        return ct, cq
 
 
 def ydrop_extend(
     t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
     table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int, band: int = 128,
-    cover: np.ndarray | None = None,
-) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    cover: np.ndarray | Walls | None = None, boxes: bool = False,
+) -> tuple:
     """Y-drop gapped extensions from ``(t0, q0)`` in directions ``dirs`` (+1 / -1), all ``(B,)``.
 
     Extension ``b`` aligns ``t[t0 + d*i]`` with ``q[q0 + d*j]`` (i, j >= 0, d = ``dirs[b]``): the
@@ -56,14 +119,17 @@ def ydrop_extend(
     ``(B, W)`` operations, so the per-operation overhead decides the speed, and NumPy's is
     several times smaller than torch's on the CPU (SegAlign, too, runs this stage on the CPU).
 
-    ``cover`` (optional, ``(len(q_codes),)``): the target position each query base is already
-    aligned to (-1: none); those cells are walls, so an extension cannot run along an
-    alignment found before (LASTZ, too, keeps alignments from crossing earlier ones).
+    ``cover`` (optional): the cells of alignments found before, a :class:`Walls` or a
+    ``(len(q_codes),)`` array of the target position each query base is aligned to (-1: none);
+    those cells are walls, so an extension cannot run along or across an alignment found
+    before (LASTZ, too, keeps alignments from crossing earlier ones).
 
     Returns:
         ``best (B,)`` int64 scores (0: empty extension) and, per extension, the path as
         two int64 arrays of the same length: target and query offsets ``i``/``j`` of each
-        column from the origin outwards, ``-1`` on the gapped side.
+        column from the origin outwards, ``-1`` on the gapped side; with ``boxes``, also a
+        ``(B, 4)`` int64 array: the smallest and largest target and query positions of the
+        cells the extension computed (only walls inside that box can change its result).
     """
     B, W = t0.size, band
     oe, e = gap_open + gap_extend, gap_extend
@@ -74,8 +140,16 @@ def ydrop_extend(
     t11 = np.pad(t_codes.astype(np.int32) * 11, pad, constant_values=SEPARATOR * 11)
     qc32 = np.pad(q_codes.astype(np.int32), pad, constant_values=SEPARATOR)
     tmax, qmax = t11.size - 1, qc32.size - 1
-    # cover in padded coordinates (-1 stays -1: no padded index is negative)
-    cov = None if cover is None else np.pad(np.where(cover >= 0, cover + pad, -1), pad, constant_values=-1)
+    # walls in padded coordinates (-1 stays -1: no padded index is negative)
+    if isinstance(cover, np.ndarray):
+        cover = Walls.from_cover(cover)
+    cov_lo = cov_hi = None
+    if cover is not None:
+        cov_lo = np.pad(np.where(cover.lo >= 0, cover.lo + pad, -1), ((pad, pad), (0, 0)), constant_values=-1)
+        cov_hi = np.pad(np.where(cover.hi >= 0, cover.hi + pad, -1), ((pad, pad), (0, 0)), constant_values=-1)
+    box = np.empty((B, 4), dtype=np.int64)
+    box[:, 0] = box[:, 2] = np.iinfo(np.int64).max
+    box[:, 1] = box[:, 3] = np.iinfo(np.int64).min
 
     # per active extension (rows leave as they finish, so a step costs what is still alive)
     ids = np.arange(B)
@@ -138,8 +212,15 @@ def ydrop_extend(
         # a cell consumes t[I-1] when I >= 1 and q[J-1] when J >= 1: a wall there (or J < 0) kills it
         i_pos = ~((lo == 0)[:, None] & (p[None, :] == 0))
         invalid = (Jm < 0) | (i_pos & (tc == SEPARATOR * 11)) | ((Jm >= 1) & (qc == SEPARATOR))
-        if cov is not None:
-            invalid |= i_pos & (Jm >= 1) & (cov[qidx] == tidx)
+        if cov_lo is not None:
+            lo_k, hi_k = cov_lo[qidx], cov_hi[qidx]
+            tk = tidx[:, :, None]
+            wall = ((lo_k >= 0) & (lo_k <= tk) & (tk <= hi_k)).any(2)
+            invalid |= i_pos & (Jm >= 1) & wall
+        box[ids, 0] = np.minimum(box[ids, 0], tidx.min(1) - pad)
+        box[ids, 1] = np.maximum(box[ids, 1], tidx.max(1) - pad)
+        box[ids, 2] = np.minimum(box[ids, 2], qidx.min(1) - pad)
+        box[ids, 3] = np.maximum(box[ids, 3], qidx.max(1) - pad)
         np.putmask(H, invalid, NEG)
         arg = H.argmax(1)
         top = H[rows, arg]
@@ -168,7 +249,7 @@ def ydrop_extend(
             lo1, lo2, a_best, a_bd, a_bp = lo1[alive], lo2[alive], a_best[alive], a_bd[alive], a_bp[alive]
     empty = [np.zeros(0, np.int64) for _ in range(B)]
     if not (best_d > 0).any():
-        return best, empty, list(empty)
+        return (best, empty, list(empty), box) if boxes else (best, empty, list(empty))
     key_all = np.concatenate(keys)
     tb_all = np.concatenate(tbs)  # (rows stored, W)
     lo_all = np.concatenate(los)
@@ -205,7 +286,7 @@ def ydrop_extend(
     bounds = np.searchsorted(cb, np.arange(B + 1))
     paths_t = [ct[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
     paths_q = [cq[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
-    return best, paths_t, paths_q
+    return (best, paths_t, paths_q, box) if boxes else (best, paths_t, paths_q)
 
 
 def gapped_kernel(gapped_by: str) -> str:
@@ -244,13 +325,15 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ban
 
     ``kernel``: ``numpy`` (:func:`ydrop_extend`, every extension of a batch in lock step) or ``numba``
     (:func:`.gapped_kernels.ydrop_extend_numba`, the same cells compiled, ``threads`` extensions of a
-    batch side by side).  Both give the same alignments for the same batches.  Batches double from
-    ``first_batch`` up to ``max_batch`` (default: 256 for numpy, whose cost is per step of a batch; 8 for
-    numba, whose cost is per extension, so that fewer anchors of one batch extend along the same
-    alignment); the batches do not depend on ``threads``, so neither do the alignments.
+    batch side by side).  The result is that of extending the anchors one by one, best HSP first (an
+    extension whose computed cells meet a wall added within its batch is run again), so it depends on
+    neither the kernel nor the batches nor ``threads``.  Batches double from ``first_batch`` up to
+    ``max_batch`` (default: 256 for numpy, whose cost is per step of a batch; ``threads`` for numba,
+    whose cost is per extension).
     """
     if max_batch is None:
-        max_batch = NUMBA_MAX_BATCH if kernel == "numba" else NUMPY_MAX_BATCH
+        max_batch = NUMBA_BATCH_PER_THREAD * max(threads, 1) if kernel == "numba" else NUMPY_MAX_BATCH
+    first_batch = min(first_batch, max_batch)
     if len(h) == 0:
         return []
     sc = cfg.scoring_scheme()
@@ -260,50 +343,53 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ban
     order = torch.argsort(h.score, descending=True, stable=True)
     at, aq = hsp_anchors(h)
     at, aq = at[order].cpu().numpy(), aq[order].cpu().numpy()
-    # cover[q] = the target position query base q is aligned to by an alignment already found (-1: none);
-    # one slot per query base is enough to skip anchors on found paths and to drop repeated alignments
-    cover = np.full(q_codes.size, -1, dtype=np.int64)
+    walls = Walls(q_codes.size)
     results: list[tuple[int, np.ndarray, np.ndarray]] = []
     pos, batch, n = 0, first_batch, at.size
     if kernel == "numba":
         from .gapped_kernels import ydrop_extend_numba
 
         def extend(*args):
-            return ydrop_extend_numba(*args, threads=threads)
+            return ydrop_extend_numba(*args, boxes=True, threads=threads)
     else:
-        extend = ydrop_extend
+        def extend(*args):
+            return ydrop_extend(*args, boxes=True)
+
+    def both_ways(ts, qs):
+        k = ts.size
+        dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
+        best, pt, pq, box = extend(t_codes, q_codes, np.concatenate([ts, ts - 1]), np.concatenate([qs, qs - 1]),
+                                   dirs, table, sc.gap_open, sc.gap_extend, cfg.ydrop, band, walls)
+        return [(int(best[m] + best[k + m]), pt[m], pq[m], pt[k + m], pq[k + m], box[[m, k + m]])
+                for m in range(k)]
+
     while pos < n:
         # the next `batch` anchors not lying on an alignment already found (LASTZ skips those too)
         picked = []
         while pos < n and len(picked) < batch:
-            if cover[aq[pos]] != at[pos]:
+            if not walls.on(int(at[pos]), int(aq[pos])):
                 picked.append(pos)
             pos += 1
         if not picked:
             break
-        cand = np.array(picked, dtype=np.int64)
-        k = cand.size
-        bt, bq = at[cand], aq[cand]
-        starts_t = np.concatenate([bt, bt - 1])
-        starts_q = np.concatenate([bq, bq - 1])
-        dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
-        best, pt, pq = extend(t_codes, q_codes, starts_t, starts_q, dirs, table, sc.gap_open, sc.gap_extend,
-                              cfg.ydrop, band, cover)
-        for m in np.argsort(-(best[:k] + best[k:]), kind="stable"):
-            score = int(best[m] + best[k + m])
+        bt, bq = at[picked], aq[picked]
+        ext = both_ways(bt, bq)
+        added: list[tuple[np.ndarray, np.ndarray]] = []  # cells of the alignments found in this batch
+        for m in range(len(picked)):
+            ta, qa = int(bt[m]), int(bq[m])
+            if m and walls.on(ta, qa):
+                continue
+            box = ext[m][5]
+            if any(((ct >= bx[0]) & (ct <= bx[1]) & (cq >= bx[2]) & (cq <= bx[3])).any()
+                   for ct, cq in added for bx in box):
+                ext[m] = both_ways(bt[m:m + 1], bq[m:m + 1])[0]  # a wall of this batch in its way: again
+            score, ft, fq, rt, rq, _ = ext[m]
             if score < thresh:
                 continue
-            ft, fq = pt[m], pq[m]
-            rt, rq = pt[k + m][::-1], pq[k + m][::-1]
-            ta, qa = int(bt[m]), int(bq[m])
+            rt, rq = rt[::-1], rq[::-1]
             tpos = np.concatenate([np.where(rt >= 0, ta - 1 - rt, -1), np.where(ft >= 0, ta + ft, -1)])
             qpos = np.concatenate([np.where(rq >= 0, qa - 1 - rq, -1), np.where(fq >= 0, qa + fq, -1)])
-            both = (tpos >= 0) & (qpos >= 0)
-            tb_, qb_ = tpos[both], qpos[both]
-            # anchors of one batch may find the same alignment: keep the best-scoring copy
-            if tb_.size and (cover[qb_] == tb_).mean() > 0.5:
-                continue
-            cover[qb_] = tb_
+            added.append(walls.add(tpos, qpos))
             results.append((score, tpos, qpos))
         batch = min(batch * 2, max_batch)
     out = []

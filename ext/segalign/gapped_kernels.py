@@ -26,7 +26,7 @@ if numba_available():
     _SEP = SEPARATOR
 
     @njit(nogil=True, cache=True)
-    def _extend_one(t, q, t0, q0, d, flat, oe, ext, ydrop, W, cover, use_cover):
+    def _extend_one(t, q, t0, q0, d, flat, oe, ext, ydrop, W, wlo, whi, use_cover):
         n_t, n_q = t.shape[0], q.shape[0]
         NEG = _NEG
         SEP = _SEP
@@ -53,6 +53,9 @@ if numba_available():
         # every cell outside a row's range is NEG, so only cells with a live neighbour are computed
         # (a cell without one ends below the cut, i.e. NEG, exactly as in the full sweep)
         r1a, r1b, r2a, r2b, r3a, r3b = 0, 0, W, -1, W, -1
+        K = wlo.shape[1]
+        # the box of the cells computed: smallest and largest target and query positions
+        bt0, bt1, bq0, bq1 = n_t + W, -W - 1, n_q + W, -W - 1
         while True:
             D += 1
             # the previous anti-diagonal's first best cell decides the band's move; it is alive when > NEG
@@ -92,6 +95,15 @@ if numba_available():
             pb = min(pb, W - 1)
             top = a_best
             arg = -1
+            if pa <= pb:
+                ta_ = t0 + d * (lo + pa - 1)
+                tb_ = t0 + d * (lo + pb - 1)
+                qa_ = q0 + d * (D - lo - pa - 1)
+                qb_ = q0 + d * (D - lo - pb - 1)
+                bt0 = min(bt0, min(ta_, tb_))
+                bt1 = max(bt1, max(ta_, tb_))
+                bq0 = min(bq0, min(qa_, qb_))
+                bq1 = max(bq1, max(qa_, qb_))
             for p in range(pa, pb + 1):
                 I = lo + p
                 J = D - I
@@ -117,8 +129,14 @@ if numba_available():
                 Hv = max(Hd, EF)
                 tb[D, p] = ((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3)
                 invalid = J < 0 or (I >= 1 and tc == SEP) or (J >= 1 and qc == SEP)
-                if use_cover and not invalid and I >= 1 and J >= 1 and tin and qin and cover[uq] == ut:
-                    invalid = True
+                if use_cover and not invalid and I >= 1 and J >= 1 and tin and qin:
+                    for k in range(K):
+                        wl = wlo[uq, k]
+                        if wl < 0:
+                            break
+                        if wl <= ut and ut <= whi[uq, k]:
+                            invalid = True
+                            break
                 if invalid:
                     Hv = NEG
                     Ev = NEG
@@ -195,15 +213,18 @@ if numba_available():
                 I -= 1
                 J -= 1
             dd = I + J
-        return a_best, pt[k:].copy(), pq[k:].copy(), D
+        return a_best, pt[k:].copy(), pq[k:].copy(), D, bt0, bt1, bq0, bq1
 
 
 def ydrop_extend_numba(
     t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
     table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int, band: int = 128,
-    cover: np.ndarray | None = None, threads: int = 1,
-) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    cover=None, boxes: bool = False, threads: int = 1,
+) -> tuple:
     """:func:`.gapped.ydrop_extend` compiled (same arguments and results); ``threads``: extensions side by side.
+
+    The boxes (``boxes=True``) are those of the cells this kernel computed (it skips cells with no
+    live neighbour, so they may be smaller than the NumPy version's); either is exact for its kernel.
 
     Raises:
         RuntimeError: numba is not installed (check :func:`.cpu_kernels.numba_available` first).
@@ -213,8 +234,13 @@ def ydrop_extend_numba(
     t = np.ascontiguousarray(t_codes, dtype=np.uint8)
     q = np.ascontiguousarray(q_codes, dtype=np.uint8)
     flat = np.ascontiguousarray(np.asarray(table, dtype=np.int64).reshape(-1))
-    cov = np.zeros(1, np.int64) if cover is None else np.ascontiguousarray(cover, dtype=np.int64)
+    from .gapped import Walls
+
+    if isinstance(cover, np.ndarray):
+        cover = Walls.from_cover(cover)
     use = cover is not None
+    wlo = np.full((1, 1), -1, np.int32) if cover is None else cover.lo
+    whi = wlo if cover is None else cover.hi
     B = int(np.asarray(t0).size)
     t0 = np.asarray(t0, dtype=np.int64)
     q0 = np.asarray(q0, dtype=np.int64)
@@ -222,7 +248,7 @@ def ydrop_extend_numba(
 
     def one(b):
         return _extend_one(t, q, int(t0[b]), int(q0[b]), int(dirs[b]), flat, gap_open + gap_extend, gap_extend,
-                           ydrop, band, cov, use)
+                           ydrop, band, wlo, whi, use)
 
     if threads > 1 and B > 1:
         from concurrent.futures import ThreadPoolExecutor
@@ -232,6 +258,9 @@ def ydrop_extend_numba(
     else:
         res = [one(b) for b in range(B)]
     best = np.array([r[0] for r in res], dtype=np.int64)
+    if boxes:
+        box = np.array([r[4:8] for r in res], dtype=np.int64).reshape(B, 4)
+        return best, [r[1] for r in res], [r[2] for r in res], box
     return best, [r[1] for r in res], [r[2] for r in res]
 
 
