@@ -11,7 +11,9 @@ In one run, on the same trace, timed in turns (``time_interleaved``):
 and the wall-clock of one PPO epoch (rollout and update split) of configs/sched/lublin1.yaml's settings;
 and, per backfilling mode, the bare simulators (no observation) on 256-job windows with random valid actions:
 the per-window reference ``ClusterSimulator`` (the anchor) against ``BatchedClusterSimulator`` advancing
-``--windows`` windows at once (and on the GPU when there is one) — decisions/s of each and their ratio.
+``--windows`` windows at once — its torch path (lock-step tensor ops), its compiled numba path (every window
+its own event loop, windows over threads) and the torch path on the GPU when there is one — decisions/s of
+each and their ratio.
 
     python benchmarks/sched.py [--trace ../shared/data/swf/lublin_256.swf] [--envs 32] [--windows 1024] [--out runs/bench]
 """
@@ -114,6 +116,7 @@ def simulator_candidates(trace, windows: int, decisions: int, backfill: str, len
                          ) -> dict[str, Callable[[], None]]:
     """name -> a call that makes ``decisions`` decisions on ``length``-job windows with random valid actions:
     the reference simulator one window at a time, and the batched one ``windows`` at a time (CPU, CUDA)."""
+    from torchhpc.ext.core.dispatch import numba_available
     from torchhpc.ext.sched.batched import BatchedClusterSimulator
     from torchhpc.ext.sched.simulator import ClusterSimulator
 
@@ -128,8 +131,8 @@ def simulator_candidates(trace, windows: int, decisions: int, backfill: str, len
         ref.schedule(q[int(rng.integers(len(q)))])
         return 1
 
-    def batched(device: str) -> Callable[[], int]:
-        sim = BatchedClusterSimulator(trace, backfill, device=device)
+    def batched(device: str, backend: str) -> Callable[[], int]:
+        sim = BatchedClusterSimulator(trace, backfill, device=device, backend=backend)
         gen = torch.Generator(device=device).manual_seed(0)
         sim.reset(rng.integers(low, high, windows), length)
 
@@ -142,9 +145,12 @@ def simulator_candidates(trace, windows: int, decisions: int, backfill: str, len
 
         return step
 
-    out = {SIM_ANCHOR: stepper(ref_step, decisions), "batched_simulator": stepper(batched("cpu"), decisions)}
+    out = {SIM_ANCHOR: stepper(ref_step, decisions),
+           "batched_simulator_torch": stepper(batched("cpu", "torch"), decisions)}
+    if numba_available():
+        out["batched_simulator_numba"] = stepper(batched("cpu", "numba"), decisions)
     if torch.cuda.is_available():
-        out["batched_simulator_cuda"] = stepper(batched("cuda"), decisions)
+        out["batched_simulator_cuda"] = stepper(batched("cuda", "torch"), decisions)
     return out
 
 

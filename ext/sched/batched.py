@@ -22,6 +22,11 @@ How the event-by-event reference is reproduced exactly:
   the jobs that were there and ``tie`` (their start order) for those appended since, and a reservation
   re-ranks ``tie`` by ``(requested end, that order)``, as the reference's sort does.
 
+**Compiled path** (``backend="numba"``, the default on the CPU where numba is installed): every window runs
+the reference's own event loop, backfilling included, in machine code, windows split over threads
+(:mod:`.batched_kernels`), on numpy arrays that the tensors above share memory with; so no window waits
+for another's events.  The torch path remains for CUDA and where numba is missing.
+
 A trace's submit times must not decrease with the job index (the traces here all qualify; the loader
 sorts jobs by id as the authors' did), so that the queue's FCFS order is the index order.
 """
@@ -31,8 +36,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 
+from . import batched_kernels
 from .simulator import BACKFILL_MODES, BSLD_THRESHOLD
 from .swf import SchedTrace
 
@@ -46,6 +53,9 @@ class BatchedClusterSimulator:
         trace: the jobs (:meth:`~torchhpc.ext.sched.swf.Trace.for_scheduling`).
         backfill: ``none``, ``rlscheduler`` or ``easy`` (as :class:`~torchhpc.ext.sched.simulator.ClusterSimulator`).
         device: where the state lives (``cpu`` or ``cuda``).
+        backend: ``auto`` (numba on the CPU where installed, else torch), ``numba`` or ``torch``.
+        threads: the compiled path's threads per step; ``None``: 1 or all of numba's, whichever is faster
+            at the time (:class:`~torchhpc.ext.sched.batched_kernels.ThreadTuner`).
 
     Usage::
 
@@ -61,7 +71,8 @@ class BatchedClusterSimulator:
     ``done`` (B,) bool.
     """
 
-    def __init__(self, trace: SchedTrace, backfill: str = "none", device: str | torch.device = "cpu") -> None:
+    def __init__(self, trace: SchedTrace, backfill: str = "none", device: str | torch.device = "cpu",
+                 backend: str = "auto", threads: int | None = None) -> None:
         if backfill not in BACKFILL_MODES:
             raise InputError(f"backfill must be one of {', '.join(BACKFILL_MODES)}; got {backfill!r}")
         if np.any(np.diff(trace.submit) < 0):
@@ -70,10 +81,16 @@ class BatchedClusterSimulator:
         self.trace = trace
         self.backfill = backfill
         self.device = torch.device(device)
+        self.backend = resolve_backend(backend, self.device, choices=("torch", "numba"))
         self.procs_total = int(trace.procs_total)
         as_t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=self.device)  # noqa: E731
         self._submit, self._run, self._req, self._procs = (as_t(trace.submit), as_t(trace.run),
                                                            as_t(trace.req_time), as_t(trace.procs))
+        if self.backend == "numba":
+            self._np = tuple(np.ascontiguousarray(a, dtype=np.int64)
+                             for a in (trace.submit, trace.run, trace.req_time, trace.procs))
+            self._min_procs = int(self._np[3].min()) if len(trace) else 1
+            self._tuner = batched_kernels.ThreadTuner(threads)
         self.decisions = 0
 
     # ------------------------------------------------------------------------- life cycle
@@ -86,6 +103,9 @@ class BatchedClusterSimulator:
             raise InputError(f"windows of {length} jobs at starts {first.tolist()[:8]} fall outside the trace's {n} jobs")
         B, L, dev = first.numel(), length, self.device
         self.B, self.L, self.first = B, L, first
+        if self.backend == "numba":
+            self._reset_numba(first.numpy().copy(), L)
+            return
         self._l4 = 4 * L  # rkey = actual end * 4L + tie (tie < 2L)
         idx = first[:, None] + torch.arange(L, device=dev)
         self.idx = torch.arange(L, device=dev).expand(B, L)
@@ -106,9 +126,48 @@ class BatchedClusterSimulator:
         self.done = torch.zeros(B, dtype=torch.bool, device=dev)
         self.decisions = 0
 
+    def _reset_numba(self, first: np.ndarray, L: int) -> None:
+        """The compiled path's state: numpy arrays, shared with the public tensors (no copies per step)."""
+        B = len(first)
+        idx = first[:, None] + np.arange(L)
+        self.submit, self.run, self.req, self.procs = (torch.from_numpy(a[idx]) for a in self._np)
+        queued = np.zeros((B, L), dtype=np.bool_)
+        queued[:, 0] = True
+        self._state = {
+            "first": first, "now": self._np[0][first].copy(), "free": np.full(B, self.procs_total, dtype=np.int64),
+            "nxt": np.ones(B, dtype=np.int64), "qlen": np.ones(B, dtype=np.int64), "qlo": np.zeros(B, dtype=np.int64),
+            "done": np.zeros(B, dtype=np.bool_), "queued": queued,
+            "start_time": np.full((B, L), -1, dtype=np.int64),
+            "rjob": np.zeros((B, L), dtype=np.int64), "rcnt": np.zeros(B, dtype=np.int64)}
+        st = self._state
+        self.now, self.free, self.next, self.qlen, self.done, self.queued, self.start_time = (
+            torch.from_numpy(st[k]) for k in ("now", "free", "nxt", "qlen", "done", "queued", "start_time"))
+        self.decisions = 0
+
+    def _schedule_numba(self, jobs: torch.Tensor) -> torch.Tensor:
+        st = self._state
+        jobs = np.ascontiguousarray(jobs.numpy(), dtype=np.int64)
+        live = ~st["done"]
+        j = jobs[live]
+        if np.any((j < 0) | (j >= self.L)) or not st["queued"][live, np.clip(j, 0, self.L - 1)].all():
+            raise InputError("a chosen job is not waiting in its window's queue")
+        stalled = self._tuner.run(
+            batched_kernels.schedule_windows, len(j), jobs, batched_kernels.MODES[self.backfill], self._min_procs,
+            st["first"], st["now"], st["free"], st["nxt"], st["qlen"], st["qlo"], st["done"], st["queued"], st["start_time"], st["rjob"], st["rcnt"], *self._np)
+        if stalled:
+            raise RuntimeError("simulator stalled: nothing running and nothing to arrive")
+        self.decisions += len(j)
+        return self.done
+
     @property
     def running(self) -> torch.Tensor:
         """(B, L) bool: started and not finished."""
+        if self.backend == "numba":
+            st = self._state
+            out = np.zeros((self.B, self.L), dtype=np.bool_)
+            live = np.arange(self.L) < st["rcnt"][:, None]
+            out[np.nonzero(live)[0], st["rjob"][live]] = True
+            return torch.from_numpy(out)
         return self.rkey < _INF
 
     # ------------------------------------------------------------------------- helpers (rows: window ids)
@@ -286,6 +345,8 @@ class BatchedClusterSimulator:
         jobs = torch.as_tensor(jobs, dtype=torch.int64, device=self.device).reshape(-1)
         if jobs.numel() != self.B:
             raise InputError(f"schedule needs one job per window ({self.B}); got {jobs.numel()}")
+        if self.backend == "numba":
+            return self._schedule_numba(jobs)
         rows = torch.nonzero(~self.done).squeeze(1)
         jobs = jobs[rows]
         if bool(((jobs < 0) | (jobs >= self.L)).any()) or not bool(self.queued[rows, jobs.clamp(0, self.L - 1)].all()):
@@ -303,6 +364,8 @@ class BatchedClusterSimulator:
 
     def running_order(self, b: int) -> list[int]:
         """Window ``b``'s running jobs in the order of the reference's running list (tie-breaking state)."""
+        if self.backend == "numba":
+            return self._state["rjob"][b, : self._state["rcnt"][b]].tolist()
         key = self.rkey[b]
         jobs = torch.nonzero(key < _INF).squeeze(1).tolist()
         act = {j: int(key[j]) // self._l4 for j in jobs}
@@ -313,6 +376,11 @@ class BatchedClusterSimulator:
 
     def random_valid(self, generator: torch.Generator | None = None) -> torch.Tensor:
         """A uniformly random queued job per window (0 for finished windows)."""
+        if self.backend == "numba":
+            pick = (torch.rand(self.B, generator=generator) * self.qlen).long().numpy()
+            st = self._state
+            return torch.from_numpy(batched_kernels.nth_queued(st["queued"], st["nxt"], st["qlo"], pick,
+                                                               np.empty(self.B, dtype=np.int64)))
         c = max(int(self.next.max()), 1)
         pick = (torch.rand(self.B, generator=generator, device=self.device) * self.qlen).long()
         rank = self.queued[:, :c].to(torch.int32).cumsum_(1)  # queued jobs up to and including i (contiguous: fast)

@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 import torch
 
+from torchhpc.ext.core.dispatch import numba_available
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.sched.batched import BatchedClusterSimulator
 from torchhpc.ext.sched.simulator import ClusterSimulator
 from torchhpc.ext.sched.swf import SchedTrace, read_swf
 
 MODES = ["none", "rlscheduler", "easy"]
+BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(
+    not numba_available(), reason="numba is not installed (pip install numba): the compiled path cannot run"))]
 
 
 def tie_heavy_trace(seed: int, n: int = 400, total: int = 8) -> SchedTrace:
@@ -26,10 +29,11 @@ def tie_heavy_trace(seed: int, n: int = 400, total: int = 8) -> SchedTrace:
                       user=-np.ones(n), group=-np.ones(n), executable=-np.ones(n), max_run_time=60.0)
 
 
-def replay(trace: SchedTrace, mode: str, starts: list[int], length: int, seed: int = 0) -> int:
+def replay(trace: SchedTrace, mode: str, starts: list[int], length: int, seed: int = 0, backend: str = "torch") -> int:
     """Random valid actions fed to both simulators; every window's queue, start times, clock and free
     processors compared after every decision, then the metrics.  Returns the decisions made."""
-    batched = BatchedClusterSimulator(trace, mode)
+    batched = BatchedClusterSimulator(trace, mode, backend=backend)
+    assert batched.backend == backend
     batched.reset(starts, length)
     refs = [ClusterSimulator(trace, mode) for _ in starts]
     for ref, s in zip(refs, starts, strict=True):
@@ -49,6 +53,7 @@ def replay(trace: SchedTrace, mode: str, starts: list[int], length: int, seed: i
             assert (int(batched.now[b]), int(batched.free[b])) == (ref.now, ref.free)
             running = [r[3] - s for r in ref.running]  # in the reference's list order (its tie-breaking)
             assert batched.running_order(b) == running
+            assert torch.nonzero(batched.running[b]).squeeze(1).tolist() == sorted(running)
     metrics = batched.metrics()
     for b, ref in enumerate(refs):
         m = ref.metrics()
@@ -57,25 +62,38 @@ def replay(trace: SchedTrace, mode: str, starts: list[int], length: int, seed: i
     return batched.decisions
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", MODES)
-def test_equals_reference_on_lublin1(shared_data, mode):
-    """Six 128-job Lublin-1 windows: the same random actions give the same schedule as ClusterSimulator."""
+def test_equals_reference_on_lublin1(shared_data, mode, backend):
+    """Six 128-job Lublin-1 windows: the same random actions give the same schedule as ClusterSimulator
+    (the torch path and the compiled one)."""
     trace = read_swf(shared_data / "swf" / "lublin_256.swf").for_scheduling()
-    assert replay(trace, mode, [300, 1981, 4000, 5500, 7000, 9000], 128) > 0
+    assert replay(trace, mode, [300, 1981, 4000, 5500, 7000, 9000], 128, backend=backend) > 0
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("mode", MODES)
-def test_equals_reference_with_many_ties(mode):
+def test_equals_reference_with_many_ties(mode, backend):
     """Tie-heavy synthetic windows (equal ends, requested ends and submits): the reference's list-order
-    tie-breaking is reproduced, including after backfilling's re-sorts by requested end."""
+    tie-breaking is reproduced, including after backfilling's re-sorts by requested end (both paths)."""
     trace = tie_heavy_trace(1)
-    replay(trace, mode, [0, 50, 100, 150, 200, 250, 300], 96, seed=3)
+    replay(trace, mode, [0, 50, 100, 150, 200, 250, 300], 96, seed=3, backend=backend)
 
 
-def test_bad_input():
+def test_compiled_path_is_the_default_on_the_cpu():
+    """auto resolves to numba on the CPU where numba is installed (else torch); torch can be asked for."""
+    trace = tie_heavy_trace(0, n=20)
+    assert BatchedClusterSimulator(trace).backend == ("numba" if numba_available() else "torch")
+    assert BatchedClusterSimulator(trace, backend="torch").backend == "torch"
+    with pytest.raises(InputError, match="backend"):
+        BatchedClusterSimulator(trace, backend="cuda")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bad_input(backend):
     """A job not in its window's queue, one job count per window and decreasing submits are clear errors."""
     trace = tie_heavy_trace(0, n=20)
-    sim = BatchedClusterSimulator(trace)
+    sim = BatchedClusterSimulator(trace, backend=backend)
     sim.reset([0, 5], 10)
     with pytest.raises(InputError, match="not waiting"):
         sim.schedule([0, 3])
