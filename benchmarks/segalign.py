@@ -44,19 +44,10 @@ from torchhpc.ext.core.bench import (
     time_interleaved,
     write_results,
 )
+from torchhpc.ext.segalign.recall import MITO_PAIRS, run_lastz
 
 REPO = Path(__file__).resolve().parents[1]
 GENOMES = REPO.parent / "shared" / "data" / "genomes"
-MITO = [("MT-human.fa", "MT-orang.fa"), ("humanMito.fa", "mouseMito.fa"), ("humanMito.fa", "chickenMito.fa"),
-        ("humanMito.fa", "fuguMito.fa")]
-
-
-def lastz_run(cmd: list[str]) -> str:
-    """Run lastz and return its standard output (exit with its error when it fails)."""
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise SystemExit(f"lastz failed: {res.stderr[:300]}")
-    return res.stdout
 
 
 def keep_last(out: dict, key: str, fn):
@@ -100,7 +91,7 @@ def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device,
 
     # ---- whole alignment with the defaults (FASTA reading included, as for LASTZ), LASTZ beside it
     got: dict = {}
-    cands = {"lastz": keep_last(got, "ref", lambda: lastz_run(lastz_command(tpath, qpath, nogapped=False,
+    cands = {"lastz": keep_last(got, "ref", lambda: run_lastz(lastz_command(tpath, qpath, nogapped=False,
                                                                             fmt="maf-")))}
     for th in args.thread_list:
         cands[f"ours_{th}t"] = keep_last(got, f"{th}t", ours(AlignConfig(), th))
@@ -131,7 +122,7 @@ def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device,
     if "nogapped" in stages:
         got = {}
         nog = time_interleaved({
-            "lastz": keep_last(got, "lastz", lambda: lastz_run(lastz_command(tpath, qpath, nogapped=True,
+            "lastz": keep_last(got, "lastz", lambda: run_lastz(lastz_command(tpath, qpath, nogapped=True,
                                                                              fmt="general"))),
             "ours": keep_last(got, "ours", lambda: align_sequences(target, query, AlignConfig(gapped=False))),
         }, repeats=args.repeats, warmup=0)
@@ -215,7 +206,7 @@ def main(argv=None) -> int:
     if wanted & {"mito", "hpylori"} and not GENOMES.is_dir():
         print(f"  {GENOMES} is absent: skipping the real genome pairs", file=sys.stderr)
     elif "mito" in wanted:
-        for t, q in MITO:
+        for t, q in MITO_PAIRS:
             rows += bench_pair(f"{t[:-3]} vs {q[:-3]}", GENOMES / t, GENOMES / q, args, device)
     if "sim" in wanted:
         n = args.sim_length

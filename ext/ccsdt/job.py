@@ -9,6 +9,7 @@ The backend printed is the one :func:`~torchhpc.ext.ccsdt.ops.triples_backend` r
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -98,26 +99,10 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
     if options.backend != "auto":
         check_backend(options.backend, device)
     previous = torch.get_num_threads()
-    pyscf_threads = None
     try:
         if options.threads is not None:
             torch.set_num_threads(options.threads)
-        timings: dict[str, float] = {}
-        notes: list[str] = []
-        prepared = None
-        if options.inputs is not None:
-            inputs = load_inputs(options.inputs)
-        else:
-            if options.threads is not None:
-                from .molecule import require_pyscf
-
-                require_pyscf()
-                from pyscf import lib
-
-                pyscf_threads = lib.num_threads()
-                lib.num_threads(options.threads)
-            prepared = prepare_triples(options.molecule)
-            inputs, timings, notes = prepared.inputs, prepared.timings, prepared.warnings
+        inputs, timings, notes, prepared = _prepare(options)
         source = inputs.meta.get("formula") or (str(options.inputs) if options.inputs is not None else "molecule")
         saved = save_inputs(options.save_inputs, inputs) if options.save_inputs is not None else None
 
@@ -133,14 +118,11 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
         e_ref = None
         if options.compare_pyscf and prepared is not None:
             t0 = time.perf_counter()
-            e_ref = prepared.pyscf_triples_energy()
+            with _pyscf_threads(options.threads):
+                e_ref = prepared.pyscf_triples_energy()
             timings["pyscf_t"] = time.perf_counter() - t0
     finally:
         torch.set_num_threads(previous)
-        if pyscf_threads is not None:
-            from pyscf import lib
-
-            lib.num_threads(pyscf_threads)
     stats = details["stats"].as_dict() if "stats" in details else None
     return TriplesResult(inputs=inputs, e_t=e_t, seconds=seconds, backend=backend, device=device, source=source,
                          timings=timings, e_t_pyscf=e_ref, saved=saved, warnings=notes,
@@ -151,23 +133,28 @@ def _prepare(options: CCSDTOptions) -> tuple[TriplesInputs, dict, list, object |
     """The inputs of ``options`` (PySCF with ``options.threads``, or the saved file)."""
     if options.inputs is not None:
         return load_inputs(options.inputs), {}, [], None
-    pyscf_threads = None
-    try:
-        if options.threads is not None:
-            from .molecule import require_pyscf
-
-            require_pyscf()
-            from pyscf import lib
-
-            pyscf_threads = lib.num_threads()
-            lib.num_threads(options.threads)
+    with _pyscf_threads(options.threads):
         prepared = prepare_triples(options.molecule)
-    finally:
-        if pyscf_threads is not None:
-            from pyscf import lib
-
-            lib.num_threads(pyscf_threads)
     return prepared.inputs, prepared.timings, prepared.warnings, prepared
+
+
+@contextlib.contextmanager
+def _pyscf_threads(threads: int | None):
+    """PySCF's thread count set to ``threads`` inside the block (untouched when None), restored after."""
+    if threads is None:
+        yield
+        return
+    from .molecule import require_pyscf
+
+    require_pyscf()
+    from pyscf import lib
+
+    before = lib.num_threads()
+    lib.num_threads(threads)
+    try:
+        yield
+    finally:
+        lib.num_threads(before)
 
 
 def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesResult:

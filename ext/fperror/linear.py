@@ -239,22 +239,28 @@ def linear_enclosures(dag: ExprDAG, groups, fw, dep: torch.Tensor, deriv):
     wh = torch.where((dag.op <= CONST)[:, None], torch.where(u > 0, iv.up(vh + e), vh), wh)
     pl, ph = vl.clone(), vh.clone()
     for op, idx, a, b in groups.groups:
-        binary = op in (ADD, SUB, MUL, DIV, MAX)
-        # the node's own range over computed operands, for the derivative of / (q = a / b)
-        ql, qh = (iv.div(wl[a], wh[a], wl[b], wh[b]) if op == DIV else (vl[idx], vh[idx]))
-        da, db = deriv(op, 0, None, None, ql, qh, wl[a], wh[a], wl[b] if binary else None,
-                       wh[b] if binary else None)
-        prop = iv.up(iv.mag(*da) * e[a])
-        if db is not None:
-            prop = iv.up(prop + iv.up(iv.mag(*db) * e[b]))
-        p_lo, p_hi = iv.down(vl[idx] - prop), iv.up(vh[idx] + prop)
-        uu, ee = u[idx], eta[idx]
-        own = torch.where(uu + ee > 0, iv.up(uu * iv.mag(p_lo, p_hi) + ee), 0.0)
-        ek = iv.up(prop + own)
-        e[idx] = ek
-        pl[idx], ph[idx] = p_lo, p_hi
-        wl[idx], wh[idx] = iv.down(vl[idx] - ek), iv.up(vh[idx] + ek)
+        _propagate_group(op, idx, a, b, vl, vh, wl, wh, pl, ph, e, u, eta, deriv)
     return Forward(vl, vh, pl, ph, wl, wh)
+
+
+def _propagate_group(op, idx, a, b, vl, vh, wl, wh, pl, ph, e, u, eta, deriv) -> None:
+    """One level group's forward error step, in place: E of ``idx`` from its operands' E (through the
+    derivative over the computed operands' ranges) plus its own rounding; then its P and W enclosures."""
+    binary = op in (ADD, SUB, MUL, DIV, MAX)
+    # the node's own range over computed operands, for the derivative of / (q = a / b)
+    ql, qh = (iv.div(wl[a], wh[a], wl[b], wh[b]) if op == DIV else (vl[idx], vh[idx]))
+    da, db = deriv(op, 0, None, None, ql, qh, wl[a], wh[a], wl[b] if binary else None,
+                   wh[b] if binary else None)
+    prop = iv.up(iv.mag(*da) * e[a])
+    if db is not None:
+        prop = iv.up(prop + iv.up(iv.mag(*db) * e[b]))
+    p_lo, p_hi = iv.down(vl[idx] - prop), iv.up(vh[idx] + prop)
+    uu, ee = u[idx], eta[idx]
+    own = torch.where(uu + ee > 0, iv.up(uu * iv.mag(p_lo, p_hi) + ee), 0.0)
+    ek = iv.up(prop + own)
+    e[idx] = ek
+    pl[idx], ph[idx] = p_lo, p_hi
+    wl[idx], wh[idx] = iv.down(vl[idx] - ek), iv.up(vh[idx] + ek)
 
 
 def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.Tensor, deriv,
@@ -363,18 +369,5 @@ def reseed_above(dag: ExprDAG, groups, fw, err: torch.Tensor, cut_level: int, de
     for gi, (op, idx, a, b) in enumerate(groups.groups):
         if groups.levels[gi] <= cut_level:
             continue
-        binary = op in (ADD, SUB, MUL, DIV, MAX)
-        ql, qh = (iv.div(wl[a], wh[a], wl[b], wh[b]) if op == DIV else (vl[idx], vh[idx]))
-        da, db = deriv(op, 0, None, None, ql, qh, wl[a], wh[a], wl[b] if binary else None,
-                       wh[b] if binary else None)
-        prop = iv.up(iv.mag(*da) * e[a])
-        if db is not None:
-            prop = iv.up(prop + iv.up(iv.mag(*db) * e[b]))
-        p_lo, p_hi = iv.down(vl[idx] - prop), iv.up(vh[idx] + prop)
-        uu, ee = u[idx], eta[idx]
-        own = torch.where(uu + ee > 0, iv.up(uu * iv.mag(p_lo, p_hi) + ee), 0.0)
-        ek = iv.up(prop + own)
-        e[idx] = ek
-        pl[idx], ph[idx] = p_lo, p_hi
-        wl[idx], wh[idx] = iv.down(vl[idx] - ek), iv.up(vh[idx] + ek)
+        _propagate_group(op, idx, a, b, vl, vh, wl, wh, pl, ph, e, u, eta, deriv)
     return Forward(vl, vh, pl, ph, wl, wh), e

@@ -4,25 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from torchhpc.ext.segalign.recall import lastz_available, lastz_command, run_lastz
-
-PAIRS = [
-    ("MT-human.fa", "MT-orang.fa"),
-    ("humanMito.fa", "mouseMito.fa"),
-    ("humanMito.fa", "chickenMito.fa"),
-    ("humanMito.fa", "fuguMito.fa"),
-]
+from torchhpc.ext.segalign.recall import MITO_PAIRS, lastz_available, lastz_command, run_lastz
 
 pytestmark = pytest.mark.skipif(not lastz_available(), reason="lastz is not on PATH (apt-get install lastz; "
                                                               "make setup installs it where apt-get works)")
-
-
-@pytest.fixture(scope="module")
-def genomes(shared_data):
-    d = shared_data / "genomes"
-    if not (d / "MT-human.fa").exists():
-        pytest.skip(f"{d} holds no mitochondrial genomes")
-    return d
 
 
 def _ours(tmp_path, capsys, t, q, *flags) -> list[list[str]]:
@@ -34,7 +19,7 @@ def _ours(tmp_path, capsys, t, q, *flags) -> list[list[str]]:
     return [ln.split("\t") for ln in out.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("target,query", PAIRS)
+@pytest.mark.parametrize("target,query", MITO_PAIRS)
 def test_general_equals_lastz_field_by_field(genomes, tmp_path, capsys, target, query):
     """`--format general` with the defaults has LASTZ's header and, block by block, every field of
     `lastz --ydrop=9430 --format=general` (score, names, strands, sizes, starts, ends, identity, coverage)."""
@@ -49,7 +34,7 @@ def test_general_equals_lastz_field_by_field(genomes, tmp_path, capsys, target, 
             assert x == y, f"block {k}: {name} is {x!r}, LASTZ's is {y!r}"
 
 
-@pytest.mark.parametrize("target,query", PAIRS)
+@pytest.mark.parametrize("target,query", MITO_PAIRS)
 def test_segments_match_lastz_field_by_field(genomes, tmp_path, capsys, target, query):
     """`--nogapped --format segments` has LASTZ's header and columns; every LASTZ segment lies inside one of
     ours on its diagonal (same names and strand; LASTZ cuts a segment where an earlier extension stopped, we

@@ -16,6 +16,7 @@ import pytest
 from torchhpc.ext.segalign.align import AlignConfig, align_files, align_sequences
 from torchhpc.ext.segalign.fasta import read_fasta
 from torchhpc.ext.segalign.recall import (
+    MITO_PAIRS,
     lastz_available,
     lastz_command,
     pairs_from_alignments,
@@ -26,13 +27,6 @@ from torchhpc.ext.segalign.recall import (
 )
 from torchhpc.ext.segalign.simulate import simulate_pair
 
-PAIRS = [
-    ("MT-human.fa", "MT-orang.fa"),
-    ("humanMito.fa", "mouseMito.fa"),
-    ("humanMito.fa", "chickenMito.fa"),
-    ("humanMito.fa", "fuguMito.fa"),
-]
-
 HSP_RECALL, HSP_PRECISION = 0.99, 0.93
 MAF_RECALL, MAF_PRECISION = 0.998, 0.997
 
@@ -40,16 +34,8 @@ needs_lastz = pytest.mark.skipif(not lastz_available(), reason="lastz is not on 
                                                              "make setup installs it where apt-get works)")
 
 
-@pytest.fixture(scope="module")
-def genomes(shared_data):
-    d = shared_data / "genomes"
-    if not (d / "MT-human.fa").exists():
-        pytest.skip(f"{d} holds no mitochondrial genomes")
-    return d
-
-
 @needs_lastz
-@pytest.mark.parametrize("target,query", PAIRS)
+@pytest.mark.parametrize("target,query", MITO_PAIRS)
 def test_hsp_recall_and_precision_vs_lastz_nogapped(genomes, target, query):
     """--nogapped HSPs cover >= 99% of lastz --nogapped's aligned pairs (same seed, xdrop, hspthresh), and
     >= 93% of the pairs they cover are LASTZ's (measured: recall 100% on every pair; precision 99.9% on
@@ -67,7 +53,7 @@ def test_hsp_recall_and_precision_vs_lastz_nogapped(genomes, target, query):
 
 @needs_lastz
 @pytest.mark.parametrize("gapped_by", ["lastz", "native"])
-@pytest.mark.parametrize("target,query", PAIRS)
+@pytest.mark.parametrize("target,query", MITO_PAIRS)
 def test_maf_recall_and_precision_vs_lastz(genomes, target, query, gapped_by):
     """The MAF recovers >= 99.8% of the matching base pairs of LASTZ's MAF, and >= 99.7% of the base pairs it
     aligns are aligned by LASTZ too, by either gapped path (measured, lowest of the four pairs: recall 99.82%
