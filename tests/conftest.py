@@ -107,3 +107,22 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
 def cli():
     """``cli("demo", "--help")`` runs the torchhpc CLI in a subprocess (see :func:`run_cli`)."""
     return run_cli
+
+
+@pytest.fixture
+def torchhpc_main(capsys):
+    """``torchhpc ARGV...`` run in this process: ``fn(*argv) -> (exit status, stdout, stderr)``, argparse's
+    usage errors included (their SystemExit code is the status)."""
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        from torchhpc.trainers.cli import main
+
+        capsys.readouterr()
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:
+            rc = exc.code
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    return run

@@ -20,17 +20,6 @@ REPO = Path(__file__).resolve().parents[2]
 DEBUG = str(REPO / "configs/gems/debug.yaml")
 
 
-def _main(capsys, *argv: str) -> tuple[int, str, str]:
-    from torchhpc.trainers.cli import main
-
-    capsys.readouterr()
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        rc = exc.code
-    out, err = capsys.readouterr()
-    return rc, out, err
-
 
 def _rank_main(capsys, monkeypatch, rank: int, world: int, *argv: str) -> tuple[int, str]:
     """The torchrun entry of the job as rank ``rank`` of ``world`` (no process group is ever reached)."""
@@ -99,9 +88,9 @@ def test_gems_train_shows_the_jobs_one_line_not_torchruns_traces(cli, tmp_path):
     ("--corun-slowdown", "0"), ("--overhead-ms", "-1"), ("--devices", "0,2"), ("--devices", "-2"),
     ("--devices", "2,x"), ("--devices", "3"), ("--schedules", "mast,foo"), ("--schedules", ","),
 ])
-def test_simulate_refuses_impossible_values(capsys, flag, value):
+def test_simulate_refuses_impossible_values(torchhpc_main, flag, value):
     """Every `gems simulate` option with an impossible value is one line naming the flag, exit 1."""
-    rc, out, err = _main(capsys, "gems", "simulate", "--config", DEBUG, f"{flag}={value}")
+    rc, out, err = torchhpc_main("gems", "simulate", "--config", DEBUG, f"{flag}={value}")
     assert rc in (1, 2)
     assert flag in _one_line(err) and out == ""
 
@@ -109,8 +98,8 @@ def test_simulate_refuses_impossible_values(capsys, flag, value):
 # ----------------------------------------------------------------------------- 3, 4: resume
 
 
-def _train(capsys, root: Path, run_id: str, *extra: str) -> tuple[int, str, str]:
-    return _main(capsys, "gems", "train", "--config", DEBUG, "--pipeline.stages", "1", "--run.root", str(root),
+def _train(torchhpc_main, root: Path, run_id: str, *extra: str) -> tuple[int, str, str]:
+    return torchhpc_main("gems", "train", "--config", DEBUG, "--pipeline.stages", "1", "--run.root", str(root),
                  "--run.run-id", run_id, "--train.timeline", "false", *extra)
 
 
@@ -120,28 +109,28 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("change", [("--model.width", "8", "model.width"), ("--model.depth", "20", "model.depth"),
                                     ("--data.image-size", "8", "data.image_size")])
-def test_resume_with_a_changed_model_is_refused_before_anything_is_written(capsys, tmp_path, change):
+def test_resume_with_a_changed_model_is_refused_before_anything_is_written(torchhpc_main, tmp_path, change):
     """Resuming with a different model shape names the key in one line and leaves the run folder as it was."""
     flag, value, key = change
-    rc, _, err = _train(capsys, tmp_path, "r", "--train.steps", "2")
+    rc, _, err = _train(torchhpc_main, tmp_path, "r", "--train.steps", "2")
     assert rc == 0, err
     folder = tmp_path / "gems" / "r"
     before = _snapshot(folder)
-    rc, _, err = _train(capsys, tmp_path, "r", "--train.steps", "4", "--run.resume", flag, value)
+    rc, _, err = _train(torchhpc_main, tmp_path, "r", "--train.steps", "4", "--run.resume", flag, value)
     assert rc == 1
     line = _one_line(err)
     assert key in line and "config.yaml" in line
     assert _snapshot(folder) == before
 
 
-def test_a_damaged_newest_checkpoint_is_reported_and_the_newest_intact_one_is_used(capsys, tmp_path):
+def test_a_damaged_newest_checkpoint_is_reported_and_the_newest_intact_one_is_used(torchhpc_main, tmp_path):
     """With the newest checkpoint truncated, resume warns in one line and continues from the older intact one."""
-    rc, _, err = _train(capsys, tmp_path, "d", "--train.steps", "4", "--train.checkpoint-every", "2")
+    rc, _, err = _train(torchhpc_main, tmp_path, "d", "--train.steps", "4", "--train.checkpoint-every", "2")
     assert rc == 0, err
     folder = tmp_path / "gems" / "d"
     newest = folder / "checkpoints" / "ckpt-00000004.rank0.pt"
     newest.write_bytes(newest.read_bytes()[:100])
-    rc, _, err = _train(capsys, tmp_path, "d", "--train.steps", "6", "--train.checkpoint-every", "2",
+    rc, _, err = _train(torchhpc_main, tmp_path, "d", "--train.steps", "6", "--train.checkpoint-every", "2",
                         "--run.resume")
     assert rc == 0, err
     line = _one_line(err)
@@ -150,13 +139,13 @@ def test_a_damaged_newest_checkpoint_is_reported_and_the_newest_intact_one_is_us
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
 
 
-def test_resuming_a_finished_run_does_nothing_and_says_so(capsys, tmp_path):
+def test_resuming_a_finished_run_does_nothing_and_says_so(torchhpc_main, tmp_path):
     """A run that already reached train.steps, resumed, trains nothing and leaves every file as it was."""
-    rc, _, err = _train(capsys, tmp_path, "f", "--train.steps", "2")
+    rc, _, err = _train(torchhpc_main, tmp_path, "f", "--train.steps", "2")
     assert rc == 0, err
     folder = tmp_path / "gems" / "f"
     before = _snapshot(folder)
-    rc, out, err = _train(capsys, tmp_path, "f", "--train.steps", "2", "--run.resume", "--train.lr", "0.5")
+    rc, out, err = _train(torchhpc_main, tmp_path, "f", "--train.steps", "2", "--run.resume", "--train.lr", "0.5")
     assert rc == 0, err
     assert "already finished at step 2" in out + err
     assert _snapshot(folder) == before

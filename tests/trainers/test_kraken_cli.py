@@ -66,18 +66,8 @@ def test_train_flags_are_generated_from_the_config():
     assert cfg.train.steps == 60  # from the file
 
 
-def _run_main(capsys, *argv: str) -> tuple[int, str, str]:
-    from torchhpc.trainers.cli import main
 
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:  # argparse usage errors
-        rc = exc.code
-    out = capsys.readouterr()
-    return rc, out.out, out.err
-
-
-def test_bench_on_a_criteo_file_end_to_end(capsys, tmp_path):
+def test_bench_on_a_criteo_file_end_to_end(torchhpc_main, tmp_path):
     """`kraken bench --stream criteo --path FILE` runs the four variants on the user's log and writes
     criteo.json and criteo.png; ebc_full's per-feature vocabulary is the count of distinct hex values
     in each column of the file's first steps x batch-size lines (counted here from the text)."""
@@ -92,7 +82,7 @@ def test_bench_on_a_criteo_file_end_to_end(capsys, tmp_path):
     import gzip
 
     log.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
-    rc, out, err = _run_main(capsys, "kraken", "bench", "--stream", "criteo", "--path", str(log), "--steps", "6",
+    rc, out, err = torchhpc_main("kraken", "bench", "--stream", "criteo", "--path", str(log), "--steps", "6",
                              "--batch-size", "32", "--dim", "4", "--out", str(tmp_path / "bench"), "--json")
     assert rc == 0, err
     res = json.loads(out.strip().splitlines()[-1])
@@ -110,7 +100,7 @@ def test_bench_on_a_criteo_file_end_to_end(capsys, tmp_path):
     (["--path", "x.tsv"], "add --stream criteo"),
     (["--stream", "criteo", "--path", "/nonexistent/day_0.tsv"], "/nonexistent/day_0.tsv: no such Criteo"),
 ])
-def test_bench_stream_options_are_checked(capsys, args, words):
+def test_bench_stream_options_are_checked(torchhpc_main, args, words):
     """A Criteo bench without a file, a file without --stream criteo, a missing file: one line, exit 1."""
-    rc, _, err = _run_main(capsys, "kraken", "bench", "--steps", "2", "--out", "", *args)
+    rc, _, err = torchhpc_main("kraken", "bench", "--steps", "2", "--out", "", *args)
     assert rc != 0 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
