@@ -51,17 +51,27 @@ _STATUS_TEXT = {
 class EmulatedNetwork:
     """A deliberately slow path between "nodes" on one machine.
 
-    Before a rank posts a phase's sends, it waits ``inter_node_bytes_out / bytes_per_s``: the time a
-    process whose injection bandwidth is ``bytes_per_s`` needs to push its inter-node bytes into the
-    network (the per-process injection limit the paper's LAW-H balances).  Receiving is not limited
-    (RDMA lands in memory without the process), nor are intra-node messages.  The bytes themselves still travel over gloo/NCCL.
+    A rank's inter-node messages of a phase are paced like a link of ``bytes_per_s``: all but the last
+    ``tail_bytes`` of each are posted at once, the tails only when ``inter_node_bytes_out / bytes_per_s``
+    has passed since the phase began, so no peer holds the whole message earlier than a process whose
+    injection bandwidth is ``bytes_per_s`` could have pushed it into the network (the per-process
+    injection limit the paper's LAW-H balances), while the transfer itself overlaps that time as on a
+    real link.  Receiving is not limited (RDMA lands in memory without the process), nor are intra-node
+    messages, which are never held back.  The bytes themselves travel over gloo/NCCL.
     """
 
     bytes_per_s: float
+    tail_bytes: int = 4096
 
     def __post_init__(self):
         if not self.bytes_per_s > 0:
             raise ConfigError(f"emulated injection bandwidth must be > 0, got {self.bytes_per_s}")
+        if self.tail_bytes < 1:
+            raise ConfigError(f"emulated tail must be >= 1 byte, got {self.tail_bytes}")
+
+    def cut(self, nbytes: int) -> int:
+        """Where a paced message of ``nbytes`` splits: ``[0, cut)`` goes at once, ``[cut, nbytes)`` after the pacing."""
+        return max(0, nbytes - self.tail_bytes)
 
 
 class ProcessGraph:
@@ -362,6 +372,20 @@ def _as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
 
 
+_BULK_TAG, _TAIL_TAG = 0, 1
+
+
+def _p2p(op, buf: torch.Tensor, graph: ProcessGraph, peer: int, paced: EmulatedNetwork | None) -> list:
+    """The point-to-point ops moving ``buf`` to/from ``peer``; a paced (emulated inter-node) message is two:
+    its bulk and its tail (last in the list), which the sender posts after its injection time."""
+    g = graph._globals[peer]
+    if paced is None:
+        return [dist.P2POp(op, buf, g, group=graph.group)]
+    cut = paced.cut(buf.numel())
+    bulk = [dist.P2POp(op, buf[:cut], g, group=graph.group, tag=_BULK_TAG)] if cut else []
+    return bulk + [dist.P2POp(op, buf[cut:], g, group=graph.group, tag=_TAIL_TAG)]
+
+
 def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
     """Walk the plan's phases for this rank; yields after posting phase 0, then the result at the end."""
     me = graph.rank
@@ -374,8 +398,10 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
     nbytes = plan.nbytes
     schedule = plan.rank_schedule(me)
     node = plan.node
+    emulate = graph.emulate
     posted = None
     for p in range(NPHASES):
+        t0 = time.perf_counter()
         sends, recvs = schedule[p]
         ops, inbox = [], []
         for peer, ids in recvs.items():
@@ -384,23 +410,24 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
                 inbox.append((None, ids))
                 continue
             buf = torch.empty(total, dtype=torch.uint8, device=graph.device)
-            ops.append(dist.P2POp(dist.irecv, buf, graph._globals[peer], group=graph.group))
+            ops += _p2p(dist.irecv, buf, graph, peer, emulate if node[peer] != node[me] else None)
             inbox.append((buf, ids))
-        out_bufs = []
-        inter = 0
+        tails, inter = [], 0
         for peer, ids in sends.items():
             parts = [held.pop(int(e)) for e in ids]
             if int(nbytes[ids].sum()) == 0:
                 continue
             buf = torch.cat(parts) if len(parts) > 1 else parts[0]
-            out_bufs.append((peer, buf))
+            paced = emulate if node[peer] != node[me] else None
+            *now, tail = _p2p(dist.isend, buf, graph, peer, paced)
+            ops += now
+            (tails if paced is not None else ops).append(tail)
             if node[peer] != node[me]:
                 inter += buf.numel()
-        if graph.emulate is not None and inter:
-            time.sleep(inter / graph.emulate.bytes_per_s)  # the emulated injection time of this rank
-        for peer, buf in out_bufs:
-            ops.append(dist.P2POp(dist.isend, buf, graph._globals[peer], group=graph.group))
         works = dist.batch_isend_irecv(ops) if ops else []
+        if tails:  # the emulated injection time of this rank, overlapping the transfer of the bulk
+            time.sleep(max(0.0, t0 + inter / emulate.bytes_per_s - time.perf_counter()))
+            works = list(works) + list(dist.batch_isend_irecv(tails))
         posted = (works, inbox)
         if p == 0:
             yield None

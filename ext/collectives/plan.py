@@ -12,6 +12,8 @@ A hop whose two ends are the same rank costs nothing.  In one phase all edges wi
 aggregation of node-aware designs: many small messages between two nodes become a few large ones.
 
 * ``direct``: route ``[s, d, d, d]`` (one send per edge, like Open MPI's ``Neighbor_alltoallv``).
+* In both hierarchical designs an edge inside a node is one hop in phase 1, route ``[s, s, d, d]``: the
+  node's copies then overlap the slow inter-node injection instead of delaying the gather before it.
 * ``lag-h`` (load-agnostic hierarchical, the paper's LAG-H): the edges of each node pair
   ``(A, B)`` form one *flow*; the flows leaving A are dealt round-robin over A's ranks (each rank
   injects the same number of flows: equal load assumed), and the flows entering B round-robin over
@@ -171,10 +173,11 @@ def build_plan(src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, node: np.nd
         pcross = cross[edge]
         # receiving side: straight to the destination (receiving costs a rank no injection capacity,
         # and a scatter phase would add a step and a copy)
-        proute = np.stack([ps, np.where(pcross, a, pd), pd, pd], axis=1)
+        proute = np.stack([ps, np.where(pcross, a, ps), pd, pd], axis=1)
         return Plan(algo, proute, length, node, edge, offset)
     route[cross, 1] = a[cross]
     route[cross, 2] = b[cross]
+    route[~cross, 1] = src[~cross]  # intra-node edges: one hop in the inter-node phase (see the docstring)
     return Plan(algo, route, nbytes, node)
 
 
@@ -266,10 +269,10 @@ def _law_split(src, src_node, nbytes, ranks_of, cap, cross, min_split_bytes):
 
 @dataclass
 class CostModel:
-    """Time of one phase = max over ranks of ``alpha * messages + intra_bytes / beta_intra
-    + inter_bytes_injected / beta_rank`` and over nodes of ``inter_bytes_injected_by_node / beta_node``
-    (messages and intra-node bytes: the larger of sent and received); a call is the sum of its
-    phases.  Bandwidths in bytes per second."""
+    """Time of one phase = max over ranks of ``alpha * messages + max(intra_bytes / beta_intra,
+    inter_bytes_injected / beta_rank)`` (a rank's copies inside its node overlap its injection) and over
+    nodes of ``inter_bytes_injected_by_node / beta_node`` (messages and intra-node bytes: the larger of
+    sent and received); a call is the sum of its phases.  Bandwidths in bytes per second."""
 
     alpha: float = 20e-6
     """per-message latency (s)"""
@@ -312,8 +315,8 @@ def plan_cost(plan: Plan, model: CostModel) -> float:
         if not ld["msgs_out"].any():
             continue
         per_rank = (model.alpha * np.maximum(ld["msgs_out"], ld["msgs_in"])
-                    + np.maximum(ld["intra_out"], ld["intra_in"]) / model.beta_intra
-                    + ld["inter_out"] / model.beta_rank)
+                    + np.maximum(np.maximum(ld["intra_out"], ld["intra_in"]) / model.beta_intra,
+                                 ld["inter_out"] / model.beta_rank))
         node_out = np.bincount(plan.node, weights=ld["inter_out"], minlength=nnodes)
         total += max(float(per_rank.max()), float(node_out.max()) / model.beta_node)
     return total

@@ -1,4 +1,4 @@
-"""Every algorithm (direct, LAG-H, LAW-H, auto, async, persistent) on 4 gloo ranks receives exactly what Open MPI's
+"""Every algorithm (direct, LAG-H, LAW-H, auto, async, persistent, LAW-H on the emulated slow path) on 4 gloo ranks receives exactly what Open MPI's
 ``Neighbor_alltoallv`` (mpi4py, under mpirun) and a brute-force construction of each message say it must."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from torchhpc.ext.collectives.graphs import edge_rows, moore_graph, neighbours, payload, random_graph
 
-ALGOS = ["direct", "lag-h", "law-h", "auto", "async", "persistent"]
+ALGOS = ["direct", "lag-h", "law-h", "auto", "async", "persistent", "emulated"]
 
 NPROC = 4  # as in conftest.py's launch
 SEEDS = [0, 11]
