@@ -146,6 +146,27 @@ if _HAVE_NUMBA:
 
 
     @njit(nogil=True, cache=True)
+    def _lookups(qkeys, w0, n_var, present, offsets, start, length, lo, cnt, qend, n0):
+        """The successful look-ups of ``qkeys[w0:]`` (the key, then its ``n_var - 1`` transition variants), in
+        order, written from ``n0`` on; stops before a window that might not fit.  Returns (next window, n)."""
+        n = n0
+        cap = lo.shape[0]
+        for w in range(w0, qkeys.shape[0]):
+            k = qkeys[w]
+            if k < 0:
+                continue
+            if n + n_var > cap:
+                return w, n
+            for v in range(n_var):
+                key = k if v == 0 else k ^ (2 << (2 * (v - 1)))
+                if present[key]:
+                    lo[n] = offsets[key]
+                    cnt[n] = offsets[key + 1] - offsets[key]
+                    qend[n] = start + w + length
+                    n += 1
+        return qkeys.shape[0], n
+
+    @njit(nogil=True, cache=True)
     def _probe(hkey, d, bits):
         mask = (1 << bits) - 1
         i = ((d * _GOLDEN) >> (64 - bits)) & mask
@@ -409,3 +430,21 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     raw = np.concatenate([out[p, :n_out[p]] for p in range(parts)])
     cols = (torch.from_numpy(np.ascontiguousarray(raw[:, k])) for k in range(4))
     return (*cols, {"hits": int(n_hits[0]), "extended": int(n_ext.sum())})
+
+
+def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offsets: torch.Tensor, start: int,
+                  length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The index look-ups of :func:`.seeds.seed_lookups` (with its counting-sort table) in one compiled pass:
+    ``(lo, count, q_end)`` of every successful look-up, in the same order, without its ``(W, V)`` tensors."""
+    k = _np(qkeys, torch.int64)
+    pres, offs = _np(present, torch.bool), _np(offsets, torch.int64)
+    cap = max(4 * k.size, 1024)  # grown (and the pass resumed) in the rare case of more look-ups
+    lo, cnt, qend = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
+    w, n = 0, 0
+    while True:
+        w, n = _lookups(k, w, n_var, pres, offs, start, length, lo, cnt, qend, n)
+        if w >= k.size:
+            break
+        cap *= 2
+        lo, cnt, qend = (np.concatenate([x[:n], np.empty(cap - n, np.int64)]) for x in (lo, cnt, qend))
+    return torch.from_numpy(lo[:n].copy()), torch.from_numpy(cnt[:n].copy()), torch.from_numpy(qend[:n].copy())

@@ -1,23 +1,27 @@
-"""Native gapped extension: Y-drop affine-gap DP from HSP anchors, vectorised across extensions.
+"""Native gapped extension: Y-drop affine-gap DP from HSP anchors (the readable NumPy reference).
 
 From each anchor ``(ta, qa)`` one extension runs forward (cells ``t >= ta, q >= qa``)
 and one backward (``t < ta, q < qa``, on the reversed walk); both are the same
-dynamic programme and run together as rows of one batch.  With offsets ``I, J``
+dynamic programme.  With offsets ``I, J``
 from the extension's origin (``I = J = 0``: nothing consumed) and Gotoh's states::
 
     E(I,J) = max(H(I,J-1) - open - ext, E(I,J-1) - ext)     gap in the target row
     F(I,J) = max(H(I-1,J) - open - ext, F(I-1,J) - ext)     gap in the query row
     H(I,J) = max(H(I-1,J-1) + s(t[I-1], q[J-1]), E(I,J), F(I,J))
 
-the cells are swept by anti-diagonals ``D = I + J`` inside a band of ``W`` cells
-(``I in [lo_D, lo_D + W)``) that moves one step towards the best cell of the
-previous anti-diagonal (an adaptive band), so a step is a handful of ``(B, W)``
-array operations.  LASTZ's Y-drop: a cell scoring more than ``ydrop`` below the best
-score seen is dead; an extension ends when two consecutive anti-diagonals are
-dead.  Each cell keeps 4 traceback bits (H's source, whether E / F extended);
-the traceback is vectorised too, one move of every extension per step.
+the cells are swept by anti-diagonals ``D = I + J``, as LASTZ's Y-drop sweeps rows: a cell
+scoring more than ``ydrop`` below the best score seen (on earlier anti-diagonals and this one)
+is dead, and each anti-diagonal computes only the cells with a live neighbour, i.e. the interval
+from the first live cell of anti-diagonal ``D-1`` (or one past ``D-2``'s) to one past the last
+live cell of ``D-1`` or ``D-2``, clipped at the sequence ends.  There is no band: the interval
+grows and shrinks with the Y-drop alone, so an alignment can cross any gap whose cost the Y-drop
+allows (a gap of k bases costs ``open + k * extend``: ~300 bases with LASTZ's defaults), and its
+width is at most about ``2 * ydrop / gap_extend`` cells.  An extension ends when two consecutive
+anti-diagonals are dead.  Each computed cell keeps 4 traceback bits (H's source, whether E / F
+extended), stored for the computed interval of each anti-diagonal only (its first cell and its
+bytes).
 
-Anchors (the middle of each HSP) are processed one after the other, best HSP first, as
+Anchors (the middle of each HSP's best-scoring 31-base window, LASTZ's choice) are processed one after the other, best HSP first, as
 LASTZ does: an anchor lying on an alignment already found is skipped, and the path of
 every alignment found is a wall for later extensions (:class:`Walls`: every cell the
 path passes through, gap cells included, so a later extension can neither share a
@@ -42,8 +46,8 @@ from .output import Alignment
 
 NEG = -(1 << 29)
 
-NUMPY_MAX_BATCH = 256
-"""Largest batch of anchors of the NumPy kernel (a step of the batch costs about the same for 1 or 256)."""
+NUMPY_MAX_BATCH = 1
+"""Largest batch of anchors of the NumPy kernel (it extends one anchor after the other: a batch saves nothing)."""
 
 NUMBA_BATCH_PER_THREAD = 1
 """Anchors of the numba kernel's batches per thread (its extensions run side by side on ``--threads``)."""
@@ -52,17 +56,25 @@ NUMBA_BATCH_PER_THREAD = 1
 class Walls:
     """The cells of the alignments found so far, as target intervals per query base.
 
-    ``lo[q, k] <= t <= hi[q, k]`` (``k < count[q]``; ``-1`` past the last) marks the cells
-    ``(t, q)`` the ``k``-th alignment through query base ``q`` passes: its aligned pair, or
-    for a gap the cells ``(last target consumed, last query consumed)`` of each column, so
-    the path is a connected chain of cells that a later extension cannot cross.  The number
-    of slots per base grows as repeats stack alignments on one query base.
+    The ``k``-th alignment through query base ``q`` passes the cells ``(t, q)`` with
+    ``lo <= t <= hi`` of its interval: its aligned pair, or for a gap the cells ``(last target
+    consumed, last query consumed)`` of each column, so the path is a connected chain of cells
+    that a later extension cannot cross.  The first :data:`PRIMARY` intervals of each base are
+    ``lo[q, k]`` / ``hi[q, k]`` (``-1``: none); a base with more (a repeat stacking alignments on
+    it) keeps the rest in row ``row[q]`` of the overflow table ``olo`` / ``ohi`` (``row[q] = -1``:
+    none), so memory grows with the stacked bases only.  ``count[q]``: the intervals of base ``q``.
     """
 
+    PRIMARY = 2
+
     def __init__(self, n_q: int):
-        self.lo = np.full((n_q, 1), -1, dtype=np.int32)
-        self.hi = np.full((n_q, 1), -1, dtype=np.int32)
+        self.lo = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
+        self.hi = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
         self.count = np.zeros(n_q, dtype=np.int32)
+        self.row = np.full(n_q, -1, dtype=np.int32)
+        self.olo = np.full((0, 2), -1, dtype=np.int32)
+        self.ohi = np.full((0, 2), -1, dtype=np.int32)
+        self.rows = 0  # overflow rows in use
 
     @classmethod
     def from_cover(cls, cover: np.ndarray) -> Walls:
@@ -72,11 +84,22 @@ class Walls:
         w.count[:] = cover >= 0
         return w
 
+    def intervals(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(lo, hi)``, each ``(len(q), K)``: every interval of the query bases ``q`` (``-1``: none)."""
+        lo, hi = self.lo[q], self.hi[q]
+        if self.rows:
+            r = self.row[q]
+            has = r >= 0
+            olo = np.full((q.size, self.olo.shape[1]), -1, dtype=np.int32)
+            ohi = olo.copy()
+            olo[has], ohi[has] = self.olo[r[has]], self.ohi[r[has]]
+            lo, hi = np.concatenate([lo, olo], axis=1), np.concatenate([hi, ohi], axis=1)
+        return lo, hi
+
     def on(self, t: int, q: int) -> bool:
         """Whether cell ``(t, q)`` lies on an alignment found before."""
-        k = int(self.count[q])
-        lo, hi = self.lo[q, :k], self.hi[q, :k]
-        return bool(((lo <= t) & (t <= hi)).any())
+        lo, hi = self.intervals(np.array([q]))
+        return bool(((lo >= 0) & (lo <= t) & (t <= hi)).any())
 
     @staticmethod
     def cells(tpos: np.ndarray, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,30 +117,144 @@ class Walls:
         # cq is nondecreasing: one interval per query base, from its first cell to its last
         first = np.flatnonzero(np.r_[True, cq[1:] != cq[:-1]])
         last = np.r_[first[1:] - 1, cq.size - 1]
-        uq = cq[first]
+        uq, lo, hi = cq[first], ct[first], ct[last]
         slot = self.count[uq]
-        if slot.max() >= self.lo.shape[1]:
-            k = self.lo.shape[1]
-            grow = np.full((self.lo.shape[0], k), -1, dtype=np.int32)
-            self.lo = np.concatenate([self.lo, grow], axis=1)
-            self.hi = np.concatenate([self.hi, grow.copy()], axis=1)
-        self.lo[uq, slot] = ct[first]
-        self.hi[uq, slot] = ct[last]
+        prim = slot < self.PRIMARY
+        self.lo[uq[prim], slot[prim]] = lo[prim]
+        self.hi[uq[prim], slot[prim]] = hi[prim]
+        over = ~prim
+        if over.any():
+            oq, oslot = uq[over], slot[over] - self.PRIMARY
+            new = oq[self.row[oq] < 0]
+            if self.rows + new.size > self.olo.shape[0] or oslot.max() >= self.olo.shape[1]:
+                nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
+                ncols = max(self.olo.shape[1], 2 * (int(oslot.max()) + 1) if oslot.max() >= self.olo.shape[1] else 0)
+                olo = np.full((nrows, ncols), -1, dtype=np.int32)
+                ohi = olo.copy()
+                olo[:self.rows, :self.olo.shape[1]] = self.olo[:self.rows]
+                ohi[:self.rows, :self.ohi.shape[1]] = self.ohi[:self.rows]
+                self.olo, self.ohi = olo, ohi
+            self.row[new] = np.arange(self.rows, self.rows + new.size, dtype=np.int32)
+            self.rows += new.size
+            r = self.row[oq]
+            self.olo[r, oslot] = lo[over]
+            self.ohi[r, oslot] = hi[over]
         self.count[uq] += 1
         return ct, cq
 
 
+def _at(vals: np.ndarray, lo: int, I: np.ndarray) -> np.ndarray:
+    """Values of a stored anti-diagonal (cells ``lo .. lo + len - 1``) at cells ``I``; NEG outside."""
+    k = I - lo
+    ok = (k >= 0) & (k < vals.size)
+    out = np.full(I.size, NEG, dtype=np.int64)
+    out[ok] = vals[k[ok]]
+    return out
+
+
+def _extend_one(t_codes, q_codes, t0, q0, d, flat, oe, e, ydrop, walls):
+    """One Y-drop extension (see :func:`ydrop_extend`): the score, the path, the box of the computed cells."""
+    n_t, n_q = t_codes.size, q_codes.size
+    # cells (I, J) exist for I <= nI, J <= nJ (the bases left in direction d; past them: a sequence end)
+    nI = max(n_t - t0 if d > 0 else t0 + 1, 0)
+    nJ = max(n_q - q0 if d > 0 else q0 + 1, 0)
+    empty = np.zeros(0, dtype=np.int64)
+    # anti-diagonal D-1 (H, E, F) and D-2 (H): values of the cells lo .. lo + len - 1
+    H1, E1, F1, lo1 = np.zeros(1, np.int64), np.full(1, NEG, np.int64), np.full(1, NEG, np.int64), 0
+    H2, lo2 = empty, 0
+    live1, live2 = (0, 0), (1, 0)  # live intervals [a, b] of D-1 and D-2 (a > b: none)
+    best = best_d = best_i = 0
+    tbs, los = [np.zeros(1, np.uint8)], [0]
+    box = [np.iinfo(np.int64).max, np.iinfo(np.int64).min] * 2
+    D = 0
+    while live1[0] <= live1[1] or live2[0] <= live2[1]:
+        D += 1
+        # a cell needs a live neighbour: (I, J-1) or (I-1, J) on D-1, (I-1, J-1) on D-2
+        starts = [r[0] + k for r, k in ((live1, 0), (live2, 1)) if r[0] <= r[1]]
+        ends = [r[1] + 1 for r in (live1, live2) if r[0] <= r[1]]
+        a = max(min(starts), D - nJ, 0)
+        b = min(max(ends), D, nI)
+        if a > b:  # nothing to compute (a sequence end): this anti-diagonal is dead
+            H2, lo2, H1, E1, F1, lo1 = H1, lo1, empty, empty, empty, a
+            live2, live1 = live1, (1, 0)
+            tbs.append(np.zeros(0, np.uint8))
+            los.append(a)
+            continue
+        I = np.arange(a, b + 1)
+        J = D - I
+        ut, uq = t0 + d * (I - 1), q0 + d * (J - 1)  # the bases a cell consumes (when I >= 1 / J >= 1)
+        tc = np.where(I >= 1, t_codes[np.clip(ut, 0, max(n_t - 1, 0))], 0).astype(np.int64)
+        qc = np.where(J >= 1, q_codes[np.clip(uq, 0, max(n_q - 1, 0))], 0).astype(np.int64)
+        box = [min(box[0], ut[0], ut[-1]), max(box[1], ut[0], ut[-1]),
+               min(box[2], uq[0], uq[-1]), max(box[3], uq[0], uq[-1])]
+        up, up_e = _at(H1, lo1, I), _at(E1, lo1, I)  # (I, J-1)
+        left, left_f = _at(H1, lo1, I - 1), _at(F1, lo1, I - 1)  # (I-1, J)
+        diag = _at(H2, lo2, I - 1)  # (I-1, J-1)
+        e_open, e_ext = up - oe, up_e - e
+        f_open, f_ext = left - oe, left_f - e
+        E, F = np.maximum(e_open, e_ext), np.maximum(f_open, f_ext)
+        Hd = diag + flat[tc * 11 + qc]
+        EF = np.maximum(E, F)
+        H = np.maximum(Hd, EF)
+        tb = np.where(Hd >= EF, 0, np.where(E >= F, 1, 2)).astype(np.uint8)
+        tb |= (e_ext > e_open).astype(np.uint8) << 2
+        tb |= (f_ext > f_open).astype(np.uint8) << 3
+        # walls: a base that is a record separator, or a cell of an alignment found before
+        invalid = (tc == SEPARATOR) | (qc == SEPARATOR)
+        if walls is not None:
+            inner = np.flatnonzero((I >= 1) & (J >= 1) & (walls.count[np.clip(uq, 0, max(n_q - 1, 0))] > 0))
+            if inner.size:
+                wl, wh = walls.intervals(uq[inner])
+                tk = ut[inner, None]
+                invalid[inner] |= ((wl >= 0) & (wl <= tk) & (tk <= wh)).any(1)
+        H[invalid], E[invalid], F[invalid] = NEG, NEG, NEG
+        k = int(H.argmax())
+        if H[k] > best:
+            best, best_d, best_i = int(H[k]), D, a + k
+        # Y-drop: a cell more than ydrop below the best score seen is dead
+        cut = best - ydrop
+        H[H < cut], E[E < cut], F[F < cut] = NEG, NEG, NEG
+        alive = np.flatnonzero(H > NEG)
+        H2, lo2, H1, E1, F1, lo1 = H1, lo1, H, E, F, a
+        live2, live1 = live1, ((a + alive[0], a + alive[-1]) if alive.size else (1, 0))
+        tbs.append(tb)
+        los.append(a)
+    if best_d == 0:
+        return 0, empty, empty.copy(), box
+    # traceback from the best cell to the origin (H state: the source; E / F: extend or open)
+    cols_t, cols_q = [], []
+    Ic, Jc, st = best_i, best_d - best_i, 0  # state 0 H, 1 E, 2 F
+    while Ic + Jc > 0:
+        code = int(tbs[Ic + Jc][Ic - los[Ic + Jc]])
+        if st == 0 and code & 3:
+            st = code & 3  # an H cell from E / F: switch state in place
+        if st == 1:
+            cols_t.append(-1)
+            cols_q.append(Jc - 1)
+            st = 1 if (code >> 2) & 1 else 0
+            Jc -= 1
+        elif st == 2:
+            cols_t.append(Ic - 1)
+            cols_q.append(-1)
+            st = 2 if (code >> 3) & 1 else 0
+            Ic -= 1
+        else:
+            cols_t.append(Ic - 1)
+            cols_q.append(Jc - 1)
+            Ic, Jc = Ic - 1, Jc - 1
+    return best, np.array(cols_t[::-1], dtype=np.int64), np.array(cols_q[::-1], dtype=np.int64), box
+
+
 def ydrop_extend(
     t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
-    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int, band: int = 128,
+    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int,
     cover: np.ndarray | Walls | None = None, boxes: bool = False,
 ) -> tuple:
     """Y-drop gapped extensions from ``(t0, q0)`` in directions ``dirs`` (+1 / -1), all ``(B,)``.
 
     Extension ``b`` aligns ``t[t0 + d*i]`` with ``q[q0 + d*j]`` (i, j >= 0, d = ``dirs[b]``): the
-    first cell is ``(t0, q0)`` either way.  NumPy arrays: one DP step is a few
-    ``(B, W)`` operations, so the per-operation overhead decides the speed, and NumPy's is
-    several times smaller than torch's on the CPU (SegAlign, too, runs this stage on the CPU).
+    first cell is ``(t0, q0)`` either way.  The readable reference: one extension after the other,
+    each anti-diagonal's live interval as a few NumPy array operations (see the module docstring).
 
     ``cover`` (optional): the cells of alignments found before, a :class:`Walls` or a
     ``(len(q_codes),)`` array of the target position each query base is aligned to (-1: none);
@@ -131,162 +268,17 @@ def ydrop_extend(
         ``(B, 4)`` int64 array: the smallest and largest target and query positions of the
         cells the extension computed (only walls inside that box can change its result).
     """
-    B, W = t0.size, band
-    oe, e = gap_open + gap_extend, gap_extend
-    p = np.arange(W)
-    flat = np.asarray(table, dtype=np.int32).reshape(-1)
-    # separators around both arrays (W + 2 each side): band cells past an end read a wall
-    pad = W + 2
-    t11 = np.pad(t_codes.astype(np.int32) * 11, pad, constant_values=SEPARATOR * 11)
-    qc32 = np.pad(q_codes.astype(np.int32), pad, constant_values=SEPARATOR)
-    tmax, qmax = t11.size - 1, qc32.size - 1
-    # walls in padded coordinates (-1 stays -1: no padded index is negative)
     if isinstance(cover, np.ndarray):
         cover = Walls.from_cover(cover)
-    cov_lo = cov_hi = None
-    if cover is not None:
-        cov_lo = np.pad(np.where(cover.lo >= 0, cover.lo + pad, -1), ((pad, pad), (0, 0)), constant_values=-1)
-        cov_hi = np.pad(np.where(cover.hi >= 0, cover.hi + pad, -1), ((pad, pad), (0, 0)), constant_values=-1)
-    box = np.empty((B, 4), dtype=np.int64)
-    box[:, 0] = box[:, 2] = np.iinfo(np.int64).max
-    box[:, 1] = box[:, 3] = np.iinfo(np.int64).min
-
-    # per active extension (rows leave as they finish, so a step costs what is still alive)
-    ids = np.arange(B)
-    ta = t0.astype(np.int64) + pad
-    qa = q0.astype(np.int64) + pad
-    da = dirs.astype(np.int64)
-    dp = da[:, None] * p[None, :]
-
-    # padded (A, W + 2) buffers: column 0 and W + 1 stay NEG so shifted reads need no bounds checks
-    def padded(n):
-        return np.full((n, W + 2), NEG, dtype=np.int32)
-
-    H1, E1, F1, H2 = padded(B), padded(B), padded(B), padded(B)
-    H1[:, 1] = 0  # anti-diagonal 0: the origin
-    lo1 = np.zeros(B, dtype=np.int64)
-    lo2 = lo1.copy()
-    a_best = np.zeros(B, dtype=np.int32)
-    a_bd = np.zeros(B, dtype=np.int64)
-    a_bp = np.zeros(B, dtype=np.int64)
-    best = np.zeros(B, dtype=np.int64)
-    best_d = np.zeros(B, dtype=np.int64)
-    best_p = np.zeros(B, dtype=np.int64)
-    # traceback store: one row per (step, active extension), keyed step * B + id (ascending)
-    keys = [ids.copy()]
-    tbs = [np.zeros((B, W), dtype=np.uint8)]
-    los = [lo1.copy()]
-    D = 0
-    while ids.size:
-        D += 1
-        n = ids.size
-        rows = np.arange(n)
-        # move the band towards the previous anti-diagonal's best cell (shift 0 or 1 in I)
-        shift = H1[:, 1:-1].argmax(1) > W // 2
-        lo = lo1 + shift
-        s2 = lo - lo2
-        sh = shift[:, None]
-        # neighbours by shifted slices of the padded buffers: (I, J-1), (I-1, J) on D-1; (I-1, J-1) on D-2
-        up = np.where(sh, H1[:, 2:], H1[:, 1:-1])
-        left = np.where(sh, H1[:, 1:-1], H1[:, :-2])
-        upE = np.where(sh, E1[:, 2:], E1[:, 1:-1])
-        leftF = np.where(sh, F1[:, 1:-1], F1[:, :-2])
-        s2c = s2[:, None]
-        diag = np.where(s2c == 0, H2[:, :-2], np.where(s2c == 1, H2[:, 1:-1], H2[:, 2:]))
-        # codes of the band's cells: I = lo + p consumes t[I-1], J = D - I consumes q[J-1]
-        tidx = np.minimum(np.maximum((ta + da * (lo - 1))[:, None] + dp, 0), tmax)
-        qidx = np.minimum(np.maximum((qa + da * (D - lo - 1))[:, None] - dp, 0), qmax)
-        tc, qc = t11[tidx], qc32[qidx]
-        s = flat[tc + qc]
-        e_open, e_ext = up - oe, upE - e
-        f_open, f_ext = left - oe, leftF - e
-        E = np.maximum(e_open, e_ext)
-        F = np.maximum(f_open, f_ext)
-        Hd = diag + s
-        EF = np.maximum(E, F)
-        H = np.maximum(Hd, EF)
-        tb = np.where(Hd >= EF, 0, np.where(E >= F, 1, 2)).astype(np.uint8)
-        tb |= (e_ext > e_open).astype(np.uint8) << 2
-        tb |= (f_ext > f_open).astype(np.uint8) << 3
-        Jm = (D - lo)[:, None] - p[None, :]
-        # a cell consumes t[I-1] when I >= 1 and q[J-1] when J >= 1: a wall there (or J < 0) kills it
-        i_pos = ~((lo == 0)[:, None] & (p[None, :] == 0))
-        invalid = (Jm < 0) | (i_pos & (tc == SEPARATOR * 11)) | ((Jm >= 1) & (qc == SEPARATOR))
-        if cov_lo is not None:
-            lo_k, hi_k = cov_lo[qidx], cov_hi[qidx]
-            tk = tidx[:, :, None]
-            wall = ((lo_k >= 0) & (lo_k <= tk) & (tk <= hi_k)).any(2)
-            invalid |= i_pos & (Jm >= 1) & wall
-        box[ids, 0] = np.minimum(box[ids, 0], tidx.min(1) - pad)
-        box[ids, 1] = np.maximum(box[ids, 1], tidx.max(1) - pad)
-        box[ids, 2] = np.minimum(box[ids, 2], qidx.min(1) - pad)
-        box[ids, 3] = np.maximum(box[ids, 3], qidx.max(1) - pad)
-        np.putmask(H, invalid, NEG)
-        arg = H.argmax(1)
-        top = H[rows, arg]
-        better = top > a_best
-        a_best = np.where(better, top, a_best)
-        a_bd = np.where(better, D, a_bd)
-        a_bp = np.where(better, arg, a_bp)
-        cut = (a_best - ydrop)[:, None]
-        np.putmask(H, H < cut, NEG)
-        np.putmask(E, invalid | (E < cut), NEG)
-        np.putmask(F, invalid | (F < cut), NEG)
-        keys.append(D * B + ids)
-        tbs.append(tb)
-        los.append(lo)
-        # Y-drop end: this anti-diagonal and the previous one are dead
-        alive = (np.maximum(np.maximum(H, E), F).max(1) > NEG) | (H1.max(1) > NEG)
-        H2, lo2 = H1, lo1
-        H1, E1, F1 = padded(n), padded(n), padded(n)
-        H1[:, 1:-1], E1[:, 1:-1], F1[:, 1:-1] = H, E, F
-        lo1 = lo
-        if not alive.all():
-            done = ~alive
-            best[ids[done]], best_d[ids[done]], best_p[ids[done]] = a_best[done], a_bd[done], a_bp[done]
-            ids, ta, qa, da, dp = ids[alive], ta[alive], qa[alive], da[alive], dp[alive]
-            H1, E1, F1, H2 = H1[alive], E1[alive], F1[alive], H2[alive]
-            lo1, lo2, a_best, a_bd, a_bp = lo1[alive], lo2[alive], a_best[alive], a_bd[alive], a_bp[alive]
-    empty = [np.zeros(0, np.int64) for _ in range(B)]
-    if not (best_d > 0).any():
-        return (best, empty, list(empty), box) if boxes else (best, empty, list(empty))
-    key_all = np.concatenate(keys)
-    tb_all = np.concatenate(tbs)  # (rows stored, W)
-    lo_all = np.concatenate(los)
-    rows = np.arange(B)
-
-    # ---- traceback: one move of every extension per step
-    d = best_d.copy()
-    I = lo_all[np.searchsorted(key_all, d * B + rows)] + best_p
-    J = d - I
-    state = np.zeros(B, dtype=np.int64)  # 0 H, 1 E, 2 F
-    cols_t, cols_q, cols_b = [], [], []
-    going = np.flatnonzero(d > 0)
-    while going.size:
-        b = going
-        dd, ii, jj, st = d[b], I[b], J[b], state[b]
-        at = np.searchsorted(key_all, dd * B + b)
-        code = tb_all[at, ii - lo_all[at]].astype(np.int64)
-        hsrc = code & 3
-        st = np.where((st == 0) & (hsrc != 0), hsrc, st)  # an H cell from E/F: switch state in place
-        is_m, is_e, is_f = st == 0, st == 1, st == 2
-        # emit the column: match (I-1, J-1); E: (gap, J-1); F: (I-1, gap)
-        cols_b.append(b)
-        cols_t.append(np.where(is_e, -1, ii - 1))
-        cols_q.append(np.where(is_f, -1, jj - 1))
-        ni = np.where(is_e, ii, ii - 1)
-        nj = np.where(is_f, jj, jj - 1)
-        ext = np.where(is_e, (code >> 2) & 1, np.where(is_f, (code >> 3) & 1, 0))
-        I[b], J[b], d[b] = ni, nj, ni + nj
-        state[b] = np.where(is_m, 0, np.where(ext == 1, st, 0))
-        going = b[d[b] > 0]
-    cb, ct, cq = np.concatenate(cols_b), np.concatenate(cols_t), np.concatenate(cols_q)
-    order = np.argsort(cb, kind="stable")
-    cb, ct, cq = cb[order], ct[order], cq[order]
-    bounds = np.searchsorted(cb, np.arange(B + 1))
-    paths_t = [ct[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
-    paths_q = [cq[bounds[k]:bounds[k + 1]][::-1].copy() for k in range(B)]
-    return (best, paths_t, paths_q, box) if boxes else (best, paths_t, paths_q)
+    flat = np.asarray(table, dtype=np.int64).reshape(-1)
+    t_codes, q_codes = np.asarray(t_codes), np.asarray(q_codes)
+    res = [_extend_one(t_codes, q_codes, int(a), int(b), int(d), flat, gap_open + gap_extend, gap_extend, ydrop,
+                       cover) for a, b, d in zip(np.asarray(t0), np.asarray(q0), np.asarray(dirs), strict=True)]
+    best = np.array([r[0] for r in res], dtype=np.int64)
+    paths_t, paths_q = [r[1] for r in res], [r[2] for r in res]
+    if boxes:
+        return best, paths_t, paths_q, np.array([r[3] for r in res], dtype=np.int64).reshape(-1, 4)
+    return best, paths_t, paths_q
 
 
 def gapped_kernel(gapped_by: str) -> str:
@@ -306,10 +298,40 @@ def gapped_kernel(gapped_by: str) -> str:
     return "numpy"
 
 
-def hsp_anchors(h: HSPs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The anchor of each HSP: its middle cell ``(t, q)`` (concatenated coordinates)."""
-    half = h.length // 2
-    return h.t_start + half, h.q_start + half
+ANCHOR_WINDOW = 31
+"""Bases of the window whose best-scoring position anchors an HSP (LASTZ's ``anchorPeakLen``)."""
+
+
+def hsp_anchors(h: HSPs, t_codes: np.ndarray | None = None, q_codes: np.ndarray | None = None,
+                table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The anchor cell ``(t, q)`` of each HSP (concatenated coordinates), as LASTZ picks it.
+
+    With the codes and the score table: the middle of the HSP's first best-scoring window of
+    :data:`ANCHOR_WINDOW` bases (an HSP no longer than that: its middle cell); without them, the
+    middle cell of every HSP.
+    """
+    ts, qs = h.t_start.cpu().numpy(), h.q_start.cpu().numpy()
+    ln = h.length.cpu().numpy()
+    peak = ln // 2
+    long = np.flatnonzero(ln > ANCHOR_WINDOW)
+    if table is not None and long.size:
+        w = ANCHOR_WINDOW
+        n = ln[long]
+        seg = np.repeat(np.arange(long.size), n)
+        k = np.arange(seg.size) - np.repeat(np.cumsum(n) - n, n)  # offset inside its HSP
+        flat = np.asarray(table, dtype=np.int64).reshape(-1)
+        sc = flat[t_codes[np.repeat(ts[long], n) + k].astype(np.int64) * 11 + q_codes[np.repeat(qs[long], n) + k]]
+        csum = np.concatenate([[0], np.cumsum(sc)])
+        first = np.cumsum(n) - n  # each HSP's first cell in the flat arrays
+        nwin = n - w + 1
+        wseg = np.repeat(np.arange(long.size), nwin)
+        wk = np.arange(wseg.size) - np.repeat(np.cumsum(nwin) - nwin, nwin)  # window start inside its HSP
+        wsum = csum[first[wseg] + wk + w] - csum[first[wseg] + wk]
+        # first best window of each HSP: sort by (HSP, -sum, start) and take each HSP's first
+        order = np.lexsort((wk, -wsum, wseg))
+        starts = np.searchsorted(wseg[order], np.arange(long.size))
+        peak[long] = wk[order][starts] + w // 2
+    return ts + peak, qs + peak
 
 
 def _alignment_text(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: np.ndarray) -> tuple[str, str]:
@@ -318,17 +340,17 @@ def _alignment_text(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, q
     return tl.tobytes().decode(), ql.tobytes().decode()
 
 
-def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, band: int = 128,
+def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
                       first_batch: int = 1, max_batch: int | None = None, kernel: str = "numpy",
                       threads: int = 1) -> list[Alignment]:
     """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set.
 
-    ``kernel``: ``numpy`` (:func:`ydrop_extend`, every extension of a batch in lock step) or ``numba``
+    ``kernel``: ``numpy`` (:func:`ydrop_extend`, the readable reference) or ``numba``
     (:func:`.gapped_kernels.ydrop_extend_numba`, the same cells compiled, ``threads`` extensions of a
     batch side by side).  The result is that of extending the anchors one by one, best HSP first (an
     extension whose computed cells meet a wall added within its batch is run again), so it depends on
     neither the kernel nor the batches nor ``threads``.  Batches double from ``first_batch`` up to
-    ``max_batch`` (default: 256 for numpy, whose cost is per step of a batch; ``threads`` for numba,
+    ``max_batch`` (default: 1 for numpy, which extends one anchor after the other; ``threads`` for numba,
     whose cost is per extension).
     """
     if max_batch is None:
@@ -340,9 +362,9 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ban
     table = sc.table(cfg.xdrop).numpy()
     thresh = cfg.gappedthresh or cfg.hspthresh
     t_codes, q_codes = target.codes.cpu().numpy(), query.codes.cpu().numpy()
-    order = torch.argsort(h.score, descending=True, stable=True)
-    at, aq = hsp_anchors(h)
-    at, aq = at[order].cpu().numpy(), aq[order].cpu().numpy()
+    order = torch.argsort(h.score, descending=True, stable=True).numpy()
+    at, aq = hsp_anchors(h, t_codes, q_codes, table)
+    at, aq = at[order], aq[order]
     walls = Walls(q_codes.size)
     results: list[tuple[int, np.ndarray, np.ndarray]] = []
     pos, batch, n = 0, first_batch, at.size
@@ -359,7 +381,7 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ban
         k = ts.size
         dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
         best, pt, pq, box = extend(t_codes, q_codes, np.concatenate([ts, ts - 1]), np.concatenate([qs, qs - 1]),
-                                   dirs, table, sc.gap_open, sc.gap_extend, cfg.ydrop, band, walls)
+                                   dirs, table, sc.gap_open, sc.gap_extend, cfg.ydrop, walls)
         return [(int(best[m] + best[k + m]), pt[m], pq[m], pt[k + m], pq[k + m], box[[m, k + m]])
                 for m in range(k)]
 

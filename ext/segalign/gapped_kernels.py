@@ -1,18 +1,32 @@
 """Compiled gapped extension (numba): :func:`.gapped.ydrop_extend` one extension at a time, in machine code.
 
 :func:`ydrop_extend_numba` takes the arguments of :func:`.gapped.ydrop_extend` (the NumPy
-version, kept as the readable reference) and returns the same scores and paths, cell for cell:
-the same adaptive band (``band`` cells of an anti-diagonal, moved one step towards the previous
-anti-diagonal's best cell when that cell lies past the band's middle), the same Gotoh
-recurrences with LASTZ's Y-drop, the same walls (record separators, sequence ends, the cells of
-alignments already found) and the same tie-breaks in the traceback.  Where the NumPy version
-sweeps every extension of a batch in lock step (one ``(B, W)`` array step per anti-diagonal),
-this one runs each extension alone, cell by cell, with its traceback bits in a growing
-``(anti-diagonals, W)`` byte array; ``threads > 1`` runs the extensions of a batch on that many
-threads (the kernel releases the GIL), so results do not depend on the thread count.
+version, kept as the readable reference) and returns the same scores, paths and boxes, cell for
+cell: the same anti-diagonal sweep over the live interval of each anti-diagonal (no band: the
+Y-drop alone bounds it), the same Gotoh recurrences with LASTZ's Y-drop, the same walls (record
+separators, sequence ends, the cells of alignments already found) and the same tie-breaks in the
+traceback.  How it is fast:
+
+* the anti-diagonals live in a few ``int32`` buffers indexed by ``I`` (the target offset) from a
+  common base that moves on as the interval does, so a cell reads its three neighbours at fixed
+  offsets and the cell loop has no branch (LLVM turns it into SIMD code);
+* the codes the extension consumes are copied, in its direction, into buffers indexed by ``I``
+  and (reversed) ``J`` as the sweep reaches them, so an anti-diagonal reads both forwards; the
+  score is picked from the 16 nucleotide scores by arithmetic (a table lookup would keep LLVM
+  from vectorising), lowercase scoring as uppercase and N / IUPAC codes alike, as
+  :meth:`.scoring.Scoring.table` makes them;
+* walls of alignments found before are looked up only on anti-diagonals whose query bases carry
+  one (a running count of such bases along the extension tells in O(1));
+* traceback bits are stored for the computed interval of each anti-diagonal only, in one byte
+  array (its start per anti-diagonal) that each thread reuses from one extension to the next.
+
+``threads > 1`` runs the extensions of a batch on that many threads (the kernel releases the
+GIL), so results do not depend on the thread count.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -24,171 +38,300 @@ if numba_available():
 
     _NEG = -(1 << 29)
     _SEP = SEPARATOR
+    _PAD = 64  # cells of LLVM's vectorised loop step (16 int32 lanes, 4 interleaved) or a multiple of it
+
+    # the codes of the sweep: 0-3 a nucleotide (either case), 4 ambiguous (N, IUPAC), 8 a record separator
+    _EFF = np.array([0, 1, 2, 3, 0, 1, 2, 3, 4, 4, 8], np.int32)
 
     @njit(nogil=True, cache=True)
-    def _extend_one(t, q, t0, q0, d, flat, oe, ext, ydrop, W, wlo, whi, use_cover):
+    def _fill(dst, dst0, step, src, start, d, lo, hi, eff):
+        """``dst[dst0 + k*step] = eff[src[start + d*(k-1)]]`` for ``k`` in ``[lo, hi)`` (the code consumed at offset k)."""
+        for k in range(lo, hi):
+            dst[dst0 + k * step] = eff[src[start + d * (k - 1)]]
+
+    @njit(nogil=True, cache=True)
+    def _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
+        """One anti-diagonal's ``n`` cells ``I = a ..`` (buffer index ``k0 + p``, query codes ``Qr[j0 + p]``,
+        traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
+        Y-drop ``cut`` applied.  Branch-free with unsigned indices, so LLVM vectorises it; the score is
+        picked from the 16 nucleotide scores by arithmetic (a table lookup would stop the vectorisation),
+        ``amb`` where either base is ambiguous; a separator makes the cell a wall.  The loop runs over
+        ``n`` rounded up to :data:`_PAD` cells, the ones past ``n`` dead, so that no cell runs in LLVM's
+        scalar remainder loop (the arrays have that much room past the anti-diagonal's end)."""
+        NEG = _NEG
+        s0, s1, s2, s3 = sc16[0], sc16[1], sc16[2], sc16[3]
+        s4, s5, s6, s7 = sc16[4], sc16[5], sc16[6], sc16[7]
+        s8, s9, s10, s11 = sc16[8], sc16[9], sc16[10], sc16[11]
+        s12, s13, s14, s15 = sc16[12], sc16[13], sc16[14], sc16[15]
+        uk = np.uint64(k0)
+        ul = np.uint64(k0 - 1)
+        ut = np.uint64(toff)
+        ua = np.uint64(a)
+        uj = np.uint64(j0)
+        top = NEG
+        un = np.uint64(n)
+        for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
+            up = H1[uk + p]
+            left = H1[ul + p]
+            e_open = up - oe
+            e_ext = E1[uk + p] - ext
+            f_open = left - oe
+            f_ext = F1[ul + p] - ext
+            Ev = max(e_open, e_ext)
+            Fv = max(f_open, f_ext)
+            tc = Tb[ua + p]
+            qc = Qr[uj + p]
+            key = ((tc & 3) << 2) | (qc & 3)
+            sc = s0 + (key == 1) * (s1 - s0) + (key == 2) * (s2 - s0) + (key == 3) * (s3 - s0) \
+                + (key == 4) * (s4 - s0) + (key == 5) * (s5 - s0) + (key == 6) * (s6 - s0) + (key == 7) * (s7 - s0) \
+                + (key == 8) * (s8 - s0) + (key == 9) * (s9 - s0) + (key == 10) * (s10 - s0) \
+                + (key == 11) * (s11 - s0) + (key == 12) * (s12 - s0) + (key == 13) * (s13 - s0) \
+                + (key == 14) * (s14 - s0) + (key == 15) * (s15 - s0)
+            sc = amb if ((tc | qc) & 4) != 0 else sc
+            Hd = H2[ul + p] + sc
+            EF = max(Ev, Fv)
+            Hv = max(Hd, EF)
+            tb[ut + p] = np.uint8(((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3))
+            bad = (((tc | qc) & 8) != 0) | (p >= un)
+            Hv = NEG if bad else Hv
+            top = max(top, Hv)
+            Hn[uk + p] = NEG if Hv < cut else Hv
+            En[uk + p] = NEG if (bad or Ev < cut) else Ev
+            Fn[uk + p] = NEG if (bad or Fv < cut) else Fv
+        return top
+
+    @njit(nogil=True, cache=True)
+    def _clear(X, Y, k0, n):
+        """``X`` and ``Y`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in :func:`_cells`."""
+        NEG = _NEG
+        uk = np.uint64(k0)
+        for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
+            X[uk + p] = NEG
+            Y[uk + p] = NEG
+
+    @njit(nogil=True, cache=True)
+    def _cut(Hn, En, Fn, k0, n, cut, top):
+        """Y-drop with a raised cut: cells below ``cut`` are dead (NEG); returns the first cell scoring ``top``
+        (over the padded cells too, which are dead already: see :func:`_cells`)."""
+        NEG = _NEG
+        uk = np.uint64(k0)
+        first = np.int64(n)
+        for p in range((n + _PAD - 1) & ~(_PAD - 1)):
+            up = np.uint64(p)
+            h = Hn[uk + up]
+            e = En[uk + up]
+            f = Fn[uk + up]
+            first = min(first, p if h == top else np.int64(n))
+            Hn[uk + up] = NEG if h < cut else h
+            En[uk + up] = NEG if e < cut else e
+            Fn[uk + up] = NEG if f < cut else f
+        return first
+
+    @njit(nogil=True, cache=True)
+    def _on_wall(lo, hi, row, ut):
+        """Whether target base ``ut`` lies in one of the intervals of ``lo[row], hi[row]`` (-1 ends the list)."""
+        for kk in range(lo.shape[1]):
+            wl = lo[row, kk]
+            if wl < 0:
+                return False
+            if wl <= ut and ut <= hi[row, kk]:
+                return True
+        return False
+
+    @njit(nogil=True, cache=True)
+    def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, wcnt, wrow, olo, ohi, use_cover, tb):
         n_t, n_q = t.shape[0], q.shape[0]
         NEG = _NEG
-        SEP = _SEP
-        # padded (W + 2) rows: index p + 1 holds band cell p, indices 0 and W + 1 stay NEG
-        H1 = np.full(W + 2, NEG, np.int32)
-        E1 = np.full(W + 2, NEG, np.int32)
-        F1 = np.full(W + 2, NEG, np.int32)
-        H2 = np.full(W + 2, NEG, np.int32)
-        Hn = np.full(W + 2, NEG, np.int32)
-        En = np.full(W + 2, NEG, np.int32)
-        Fn = np.full(W + 2, NEG, np.int32)
-        H1[1] = 0
-        cap = 64
-        tb = np.zeros((cap, W), np.uint8)
-        los = np.zeros(cap, np.int64)
-        lo1 = 0
-        lo2 = 0
+        # cells (I, J) exist for I <= nI, J <= nJ (the bases left in direction d)
+        nI = max(n_t - t0 if d > 0 else t0 + 1, 0)
+        nJ = max(n_q - q0 if d > 0 else q0 + 1, 0)
+        # codes consumed by offset I (target: Tb[I]) and J (query, reversed so that an anti-diagonal's
+        # cells read it forwards: Qr[nJ - J]), filled as the sweep reaches them; offset 0 (nothing
+        # consumed) is a valid dummy; Wc[J]: the query bases up to J that carry a wall
+        Tb = np.empty(nI + 1 + _PAD, np.int32)
+        Qr = np.empty(nJ + 1 + _PAD, np.int32)
+        Wc = np.empty(nJ + 1, np.int32)
+        Tb[0] = 0
+        Qr[nJ] = 0
+        Wc[0] = 0
+        t_fill = 1
+        q_fill = 1
+        # anti-diagonal buffers indexed by I - base: H of D-1, D-2 and the one being computed; E, F of
+        # D-1 and the one being computed; every cell outside a stored interval is NEG
+        cap = 512
+        base = -2
+        H1 = np.full(cap, NEG, np.int32)
+        H2 = np.full(cap, NEG, np.int32)
+        Hn = np.full(cap, NEG, np.int32)
+        E1 = np.full(cap, NEG, np.int32)
+        F1 = np.full(cap, NEG, np.int32)
+        En = np.full(cap, NEG, np.int32)
+        Fn = np.full(cap, NEG, np.int32)
+        H1[0 - base] = 0
+        # computed intervals [a, b] of D-1, D-2, D-3 (what each buffer holds) and live ones of D-1, D-2
+        c1a, c1b, c2a, c2b, c3a, c3b = 0, 0, 1, 0, 1, 0
+        r1a, r1b, r2a, r2b = 0, 0, 1, 0
+        # traceback bytes: anti-diagonal D's computed interval at tb[offs[D]:], its first cell los[D]
+        # (tb: the caller's buffer, reused from one extension to the next; grown here when too small)
+        tcap = tb.shape[0]
+        dcap = 256
+        offs = np.zeros(dcap, np.int64)
+        los = np.zeros(dcap, np.int64)
+        offs[0] = 0
+        used = 1
         a_best = 0
         a_bd = 0
-        a_bp = 0
+        a_bi = 0
+        big = 1 << 62
+        bt0, bt1, bq0, bq1 = big, -big, big, -big
         D = 0
-        half = W // 2
-        # live ranges [a, b] of band cells (any of H, E, F above NEG) of anti-diagonals D-1, D-2, D-3;
-        # every cell outside a row's range is NEG, so only cells with a live neighbour are computed
-        # (a cell without one ends below the cut, i.e. NEG, exactly as in the full sweep)
-        r1a, r1b, r2a, r2b, r3a, r3b = 0, 0, W, -1, W, -1
-        K = wlo.shape[1]
-        # the box of the cells computed: smallest and largest target and query positions
-        bt0, bt1, bq0, bq1 = n_t + W, -W - 1, n_q + W, -W - 1
-        while True:
+        while r1a <= r1b or r2a <= r2b:
             D += 1
-            # the previous anti-diagonal's first best cell decides the band's move; it is alive when > NEG
-            am = 0
-            mv = NEG
-            for p in range(r1a, r1b + 1):
-                if H1[p + 1] > mv:
-                    mv = H1[p + 1]
-                    am = p
-            prev_alive = mv > NEG
-            shift = 1 if am > half else 0
-            lo = lo1 + shift
-            s2 = lo - lo2
-            if D >= cap:
-                ncap = cap * 2
-                tb2 = np.zeros((ncap, W), np.uint8)
-                tb2[:cap] = tb
-                los2 = np.zeros(ncap, np.int64)
-                los2[:cap] = los
-                tb, los, cap = tb2, los2, ncap
-            los[D] = lo
-            # scratch rows: Hn held anti-diagonal D-3, En / Fn held D-2: clear what was live there
-            for p in range(r3a, r3b + 1):
-                Hn[p + 1] = NEG
-            for p in range(r2a, r2b + 1):
-                En[p + 1] = NEG
-                Fn[p + 1] = NEG
-            pa = W
-            pb = -1
+            a = big
+            b = -big
             if r1a <= r1b:
-                pa = min(pa, r1a - shift)
-                pb = max(pb, r1b - shift + 1)
+                a = min(a, r1a)
+                b = max(b, r1b + 1)
             if r2a <= r2b:
-                pa = min(pa, r2a - s2 + 1)
-                pb = max(pb, r2b - s2 + 1)
-            pa = max(pa, 0)
-            pb = min(pb, W - 1)
-            top = a_best
-            arg = -1
-            if pa <= pb:
-                ta_ = t0 + d * (lo + pa - 1)
-                tb_ = t0 + d * (lo + pb - 1)
-                qa_ = q0 + d * (D - lo - pa - 1)
-                qb_ = q0 + d * (D - lo - pb - 1)
-                bt0 = min(bt0, min(ta_, tb_))
-                bt1 = max(bt1, max(ta_, tb_))
-                bq0 = min(bq0, min(qa_, qb_))
-                bq1 = max(bq1, max(qa_, qb_))
-            for p in range(pa, pb + 1):
-                I = lo + p
-                J = D - I
-                up = H1[p + shift + 1]
-                left = H1[p + shift]
-                upE = E1[p + shift + 1]
-                leftF = F1[p + shift]
-                diag = H2[p + s2]
-                ut = t0 + d * (I - 1)
-                uq = q0 + d * (J - 1)
-                tin = ut >= 0 and ut < n_t
-                qin = uq >= 0 and uq < n_q
-                tc = t[ut] if tin else SEP
-                qc = q[uq] if qin else SEP
-                e_open = up - oe
-                e_ext = upE - ext
-                f_open = left - oe
-                f_ext = leftF - ext
-                Ev = max(e_open, e_ext)
-                Fv = max(f_open, f_ext)
-                Hd = diag + flat[tc * 11 + qc]
-                EF = max(Ev, Fv)
-                Hv = max(Hd, EF)
-                tb[D, p] = ((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3)
-                invalid = J < 0 or (I >= 1 and tc == SEP) or (J >= 1 and qc == SEP)
-                if use_cover and not invalid and I >= 1 and J >= 1 and tin and qin:
-                    for k in range(K):
-                        wl = wlo[uq, k]
-                        if wl < 0:
-                            break
-                        if wl <= ut and ut <= whi[uq, k]:
-                            invalid = True
-                            break
-                if invalid:
-                    Hv = NEG
-                    Ev = NEG
-                    Fv = NEG
-                if Hv > top:
-                    top = Hv
-                    arg = p
-                Hn[p + 1] = Hv
-                En[p + 1] = Ev
-                Fn[p + 1] = Fv
-            if arg >= 0:
+                a = min(a, r2a + 1)
+                b = max(b, r2b + 1)
+            a = max(a, D - nJ, 0)
+            b = min(b, D, nI)
+            if D >= dcap:
+                offs2 = np.zeros(dcap * 2, np.int64)
+                los2 = np.zeros(dcap * 2, np.int64)
+                offs2[:dcap] = offs
+                los2[:dcap] = los
+                offs, los, dcap = offs2, los2, dcap * 2
+            offs[D] = used
+            los[D] = a
+            # the scratch buffers: Hn held D-3, En / Fn held D-2: back to NEG
+            if c3a <= c3b:
+                _clear(Hn, Hn, c3a - base, c3b + 1 - c3a)
+            if c2a <= c2b:
+                _clear(En, Fn, c2a - base, c2b + 1 - c2a)
+            if a > b:  # nothing to compute (a sequence end): a dead anti-diagonal
+                H2, H1, Hn = H1, Hn, H2
+                E1, En = En, E1
+                F1, Fn = Fn, F1
+                c3a, c3b, c2a, c2b, c1a, c1b = c2a, c2b, c1a, c1b, 1, 0
+                r2a, r2b, r1a, r1b = r1a, r1b, 1, 0
+                continue
+            # the buffers must hold I = a-1 .. b: move the base (and grow) when they do not
+            if a - 1 - base < 0 or b + _PAD - base >= cap:
+                lo_need = a - 1
+                hi_need = b + 1
+                if c1a <= c1b:
+                    lo_need = min(lo_need, c1a - 1)
+                    hi_need = max(hi_need, c1b + 1)
+                if c2a <= c2b:
+                    lo_need = min(lo_need, c2a - 1)
+                    hi_need = max(hi_need, c2b + 1)
+                ncap = cap
+                while hi_need - lo_need + 2 + _PAD > ncap // 2:
+                    ncap *= 2
+                nbase = lo_need - 1
+                nH1 = np.full(ncap, NEG, np.int32)
+                nH2 = np.full(ncap, NEG, np.int32)
+                nE1 = np.full(ncap, NEG, np.int32)
+                nF1 = np.full(ncap, NEG, np.int32)
+                for i in range(c1a, c1b + 1):
+                    nH1[i - nbase] = H1[i - base]
+                    nE1[i - nbase] = E1[i - base]
+                    nF1[i - nbase] = F1[i - base]
+                for i in range(c2a, c2b + 1):
+                    nH2[i - nbase] = H2[i - base]
+                H1, H2, E1, F1 = nH1, nH2, nE1, nF1
+                Hn = np.full(ncap, NEG, np.int32)
+                En = np.full(ncap, NEG, np.int32)
+                Fn = np.full(ncap, NEG, np.int32)
+                cap = ncap
+                base = nbase
+            # codes up to I = b and J = D - a
+            if b >= t_fill:
+                hi = min(nI + 1, max(b + 1, 2 * t_fill + 256))
+                _fill(Tb, 0, 1, t, t0, d, t_fill, hi, eff)
+                t_fill = hi
+            if D - a >= q_fill:
+                hi = min(nJ + 1, max(D - a + 1, 2 * q_fill + 256))
+                _fill(Qr, nJ, -1, q, q0, d, q_fill, hi, eff)
+                if use_cover:
+                    for j in range(q_fill, hi):
+                        Wc[j] = Wc[j - 1] + (wcnt[q0 + d * (j - 1)] > 0)
+                q_fill = hi
+            if used + (b - a + 1) + _PAD > tcap:
+                ncap = tcap * 2
+                while used + (b - a + 1) + _PAD > ncap:
+                    ncap *= 2
+                tb2 = np.empty(ncap, np.uint8)
+                tb2[:used] = tb[:used]
+                tb, tcap = tb2, ncap
+            ta_ = t0 + d * (a - 1)
+            tb_ = t0 + d * (b - 1)
+            qa_ = q0 + d * (D - a - 1)
+            qb_ = q0 + d * (D - b - 1)
+            bt0 = min(bt0, min(ta_, tb_))
+            bt1 = max(bt1, max(ta_, tb_))
+            bq0 = min(bq0, min(qa_, qb_))
+            bq1 = max(bq1, max(qa_, qb_))
+            n = b - a + 1
+            k0 = a - base
+            cut0 = a_best - ydrop
+            top = _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, k0, used, a, nJ - D + a, n, sc16, amb, oe, ext, cut0)
+            # walls of alignments found before, on the cells whose query base carries one
+            if use_cover:
+                ja = max(D - b, 1)
+                jb = D - a
+                if ja <= jb and Wc[jb] - Wc[ja - 1] > 0:
+                    hit = False
+                    for I in range(max(a, 1), D - ja + 1):
+                        J = D - I
+                        if Wc[J] == Wc[J - 1]:
+                            continue
+                        ut = t0 + d * (I - 1)
+                        uq = q0 + d * (J - 1)
+                        on = _on_wall(wlo, whi, uq, ut)
+                        r = wrow[uq]
+                        if not on and r >= 0:  # the base's further intervals, in its overflow row
+                            on = _on_wall(olo, ohi, r, ut)
+                        if on:
+                            Hn[I - base] = NEG
+                            En[I - base] = NEG
+                            Fn[I - base] = NEG
+                            hit = True
+                    if hit:  # the best cell, walls excepted (a cell over the best is never cut)
+                        top = NEG
+                        for i in range(k0, k0 + n):
+                            top = max(top, Hn[i])
+            used += n
+            # the first best cell of this anti-diagonal; a new best raises the cut
+            if top > a_best:
+                a_bi = a + _cut(Hn, En, Fn, k0, n, top - ydrop, top)
                 a_best = top
                 a_bd = D
-                a_bp = arg
-            cut = a_best - ydrop
-            alive = prev_alive
-            na = W
-            nb = -1
-            for p in range(pa, pb + 1):
-                if Hn[p + 1] < cut:
-                    Hn[p + 1] = NEG
-                if En[p + 1] < cut:
-                    En[p + 1] = NEG
-                if Fn[p + 1] < cut:
-                    Fn[p + 1] = NEG
-                if Hn[p + 1] > NEG or En[p + 1] > NEG or Fn[p + 1] > NEG:
-                    if na == W:
-                        na = p
-                    nb = p
-            if nb >= 0:
-                alive = True
-            # rotate: D-1 -> D-2, D -> D-1 (the padding cells stay NEG)
+            na = a
+            while na <= b and Hn[na - base] == NEG:
+                na += 1
+            nb = b
+            while nb >= na and Hn[nb - base] == NEG:
+                nb -= 1
+            # rotate: D-1 -> D-2, D -> D-1 (the scratch buffers are cleared at the next step)
             H2, H1, Hn = H1, Hn, H2
             E1, En = En, E1
             F1, Fn = Fn, F1
-            r3a, r3b = r2a, r2b
+            c3a, c3b, c2a, c2b, c1a, c1b = c2a, c2b, c1a, c1b, a, b
             r2a, r2b = r1a, r1b
             r1a, r1b = na, nb
-            lo2 = lo1
-            lo1 = lo
-            if not alive:
-                break
         # traceback from the best cell to the origin, columns written from the far end
         pt = np.empty(a_bd, np.int64)
         pq = np.empty(a_bd, np.int64)
         k = a_bd
-        dd = a_bd
-        I = los[dd] + a_bp
-        J = dd - I
+        I = a_bi
+        J = a_bd - a_bi
         st = 0
-        while dd > 0:
-            code = tb[dd, I - los[dd]]
+        while I + J > 0:
+            dd = I + J
+            code = tb[offs[dd] + I - los[dd]]
             hsrc = code & 3
             if st == 0 and hsrc != 0:
                 st = hsrc
@@ -196,35 +339,50 @@ if numba_available():
             if st == 1:
                 pt[k] = -1
                 pq[k] = J - 1
-                e_bit = (code >> 2) & 1
-                J -= 1
-                if e_bit == 0:
+                if (code >> 2) & 1 == 0:
                     st = 0
+                J -= 1
             elif st == 2:
                 pt[k] = I - 1
                 pq[k] = -1
-                f_bit = (code >> 3) & 1
-                I -= 1
-                if f_bit == 0:
+                if (code >> 3) & 1 == 0:
                     st = 0
+                I -= 1
             else:
                 pt[k] = I - 1
                 pq[k] = J - 1
                 I -= 1
                 J -= 1
-            dd = I + J
-        return a_best, pt[k:].copy(), pq[k:].copy(), D, bt0, bt1, bq0, bq1
+        return a_best, pt[k:].copy(), pq[k:].copy(), used, bt0, bt1, bq0, bq1, tb
+
+
+_buffers = threading.local()
+"""Each thread's traceback byte buffer, reused across extensions (grown, never shrunk)."""
+
+
+def compact_table(table: np.ndarray) -> tuple[np.ndarray, int]:
+    """The 16 nucleotide scores (``4 * t + q``) and the ambiguous score of an ``(11, 11)`` code table.
+
+    Raises:
+        ValueError: the table scores lowercase unlike uppercase, or N / IUPAC codes unlike each other
+            (:meth:`.scoring.Scoring.table` never does).
+    """
+    t = np.asarray(table, dtype=np.int64)
+    amb = int(t[8, 0])
+    nuc = t[:4, :4]
+    ok = (t[4:8, :8] == np.tile(nuc, (1, 2))).all() and (t[:8, 4:8] == np.tile(nuc, (2, 1))).all()
+    ok = ok and (t[8:10, :10] == amb).all() and (t[:10, 8:10] == amb).all()
+    if not ok:
+        raise ValueError("the compiled gapped extension needs lowercase to score as uppercase and one ambiguous score")
+    return np.ascontiguousarray(nuc.reshape(-1).astype(np.int32)), amb
 
 
 def ydrop_extend_numba(
     t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
-    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int, band: int = 128,
+    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int,
     cover=None, boxes: bool = False, threads: int = 1,
 ) -> tuple:
     """:func:`.gapped.ydrop_extend` compiled (same arguments and results); ``threads``: extensions side by side.
-
-    The boxes (``boxes=True``) are those of the cells this kernel computed (it skips cells with no
-    live neighbour, so they may be smaller than the NumPy version's); either is exact for its kernel.
 
     Raises:
         RuntimeError: numba is not installed (check :func:`.cpu_kernels.numba_available` first).
@@ -233,7 +391,8 @@ def ydrop_extend_numba(
         raise RuntimeError("the compiled gapped extension needs numba (pip install numba)")
     t = np.ascontiguousarray(t_codes, dtype=np.uint8)
     q = np.ascontiguousarray(q_codes, dtype=np.uint8)
-    flat = np.ascontiguousarray(np.asarray(table, dtype=np.int64).reshape(-1))
+    tab = np.asarray(table, dtype=np.int64).reshape(11, 11)
+    sc16, amb = compact_table(tab)
     from .gapped import Walls
 
     if isinstance(cover, np.ndarray):
@@ -241,14 +400,21 @@ def ydrop_extend_numba(
     use = cover is not None
     wlo = np.full((1, 1), -1, np.int32) if cover is None else cover.lo
     whi = wlo if cover is None else cover.hi
+    wcnt = np.zeros(1, np.int32) if cover is None else cover.count
+    wrow = np.full(1, -1, np.int32) if cover is None else cover.row
+    olo = np.full((1, 1), -1, np.int32) if cover is None or not cover.rows else cover.olo
+    ohi = olo if cover is None or not cover.rows else cover.ohi
     B = int(np.asarray(t0).size)
     t0 = np.asarray(t0, dtype=np.int64)
     q0 = np.asarray(q0, dtype=np.int64)
     dirs = np.asarray(dirs, dtype=np.int64)
 
     def one(b):
-        return _extend_one(t, q, int(t0[b]), int(q0[b]), int(dirs[b]), flat, gap_open + gap_extend, gap_extend,
-                           ydrop, band, wlo, whi, use)
+        buf = _buffers.__dict__.setdefault("tb", np.empty(1 << 16, np.uint8))
+        r = _extend_one(t, q, int(t0[b]), int(q0[b]), int(dirs[b]), sc16, amb, _EFF, gap_open + gap_extend,
+                        gap_extend, ydrop, wlo, whi, wcnt, wrow, olo, ohi, use, buf)
+        _buffers.tb = r[8]  # keep the (possibly grown) traceback buffer for this thread's next extension
+        return r
 
     if threads > 1 and B > 1:
         from concurrent.futures import ThreadPoolExecutor
@@ -264,4 +430,4 @@ def ydrop_extend_numba(
     return best, [r[1] for r in res], [r[2] for r in res]
 
 
-__all__ = ["ydrop_extend_numba"]
+__all__ = ["compact_table", "ydrop_extend_numba"]

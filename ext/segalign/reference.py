@@ -4,8 +4,8 @@
   equal, or differ by one transition.
 * :func:`xdrop_extend_reference` — LASTZ's ``xdrop_extend_seed_hit`` loop for one side.
 * :func:`extension_score_reference` — the best score of a gapped extension from an
-  origin by the full affine-gap DP (no Y-drop, no band): an upper bound the banded
-  Y-drop DP reaches when the band and ``ydrop`` are large enough.
+  origin by the full affine-gap DP (no Y-drop): an upper bound the Y-drop DP reaches when
+  ``ydrop`` is large enough.
 """
 
 from __future__ import annotations

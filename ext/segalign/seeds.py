@@ -179,6 +179,38 @@ def seed_lookups(
     if max_hits < 1:
         raise InputError(f"max_hits must be >= 1, got {max_hits}")
     qkeys = seed_keys(query_codes, index.pattern, start, end)
+    n_var = 1 + index.weight if transition else 1
+    if index.offsets is not None and qkeys.device.type == "cpu" and _numba_available():
+        # one compiled pass over the windows (no (W, V) tensors of keys); same look-ups, same order
+        from .cpu_kernels import lookups_numba
+
+        lo, counts, qend = lookups_numba(qkeys, n_var, index.present, index.offsets, start, index.length)
+        nz = qend  # (only its size is used below)
+    else:
+        lo, counts, qend, nz = _lookups_torch(index, qkeys, start, transition)
+    if nz.numel() == 0:
+        return
+    csum = counts.cumsum(0)
+    total = int(csum[-1])
+    # batch boundaries: cut the look-ups where the running hit count crosses a multiple of max_hits
+    bounds = [0, counts.numel()]
+    if total > max_hits:
+        marks = torch.arange(max_hits, total, max_hits, device=csum.device)
+        cuts = torch.searchsorted(csum, marks, right=True)
+        bounds = [0, *sorted(set(cuts.tolist()) - {0}), counts.numel()]
+    for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
+        if b1 > b0:
+            yield lo[b0:b1], counts[b0:b1], qend[b0:b1]
+
+
+def _numba_available() -> bool:
+    from .cpu_kernels import numba_available
+
+    return numba_available()
+
+
+def _lookups_torch(index: SeedIndex, qkeys: torch.Tensor, start: int, transition: bool):
+    """The look-ups of :func:`seed_lookups` as tensor ops: ``(lo, count, q_end, nz)``."""
     var = transition_variants(qkeys, index.weight, transition)  # (W, V)
     flat = var.reshape(-1)
     # (index_select, not advanced indexing: several times faster for these large 1-D gathers)
@@ -196,20 +228,8 @@ def seed_lookups(
         counts = torch.where(flat >= 0, hi - lo, torch.zeros_like(lo))
         nz = torch.nonzero(counts).squeeze(1)
         counts, lo = counts.index_select(0, nz), lo.index_select(0, nz)
-    if nz.numel() == 0:
-        return
     qend = start + torch.div(nz, var.shape[1], rounding_mode="floor") + index.length
-    csum = counts.cumsum(0)
-    total = int(csum[-1])
-    # batch boundaries: cut the look-ups where the running hit count crosses a multiple of max_hits
-    bounds = [0, counts.numel()]
-    if total > max_hits:
-        marks = torch.arange(max_hits, total, max_hits, device=csum.device)
-        cuts = torch.searchsorted(csum, marks, right=True)
-        bounds = [0, *sorted(set(cuts.tolist()) - {0}), counts.numel()]
-    for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
-        if b1 > b0:
-            yield lo[b0:b1], counts[b0:b1], qend[b0:b1]
+    return lo, counts, qend, nz
 
 
 def expand_lookups(index: SeedIndex, lo: torch.Tensor, counts: torch.Tensor,

@@ -7,7 +7,7 @@ import pytest
 
 from torchhpc.ext.segalign.align import AlignConfig, align_sequences
 from torchhpc.ext.segalign.fasta import SEPARATOR, from_strings
-from torchhpc.ext.segalign.gapped import ydrop_extend
+from torchhpc.ext.segalign.gapped import Walls, ydrop_extend
 from torchhpc.ext.segalign.scoring import hoxd70
 from torchhpc.ext.segalign.simulate import simulate_pair
 
@@ -32,24 +32,33 @@ def _case(rng, case):
     t0 = rng.integers(0, n, b)
     q0 = np.clip(t0 + rng.integers(-5, 5, b), 0, q.size - 1)
     cover = None
-    if case % 2:
+    if case % 4 == 1:
         cover = np.full(q.size, -1, np.int64)
         idx = rng.integers(0, q.size, 40)
         cover[idx] = np.clip(idx + rng.integers(-3, 3, 40), 0, n - 1)
+    elif case % 4 == 3:  # alignments stacked on the same query bases (past the primary slots of Walls)
+        cover = Walls(q.size)
+        for _ in range(8):
+            qs = int(rng.integers(0, 20)) + int(q.size) // 3
+            qpos = np.arange(qs, min(qs + 30, q.size))
+            cover.add(np.clip(qpos + int(rng.integers(-40, 40)), 0, n - 1), qpos)
+        assert cover.count.max() > Walls.PRIMARY
     return t, q, t0, q0, rng.choice([-1, 1], b), cover
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_numba_extension_equals_numpy_reference(seed):
-    """On 24 random cases (both directions, bands 8-128, small and large ydrop, walls, found cells) the
-    compiled extension returns exactly the NumPy reference's scores and traceback paths."""
+    """On 24 random cases (both directions, small and large ydrop, separators, ambiguous codes, cells of
+    alignments found before, some stacked several deep on a query base) the compiled extension returns exactly
+    the NumPy reference's scores, traceback paths and boxes."""
     rng = np.random.default_rng(seed)
     table = hoxd70().table(910).numpy()
     for case in range(12):
         t, q, t0, q0, dirs, cover = _case(rng, case)
-        band, ydrop = int(rng.choice([8, 16, 128])), int(rng.choice([500, 2000, 9430]))
-        ref = ydrop_extend(t, q, t0, q0, dirs, table, 400, 30, ydrop, band, cover)
-        got = ydrop_extend_numba(t, q, t0, q0, dirs, table, 400, 30, ydrop, band, cover, threads=1 + case % 2)
+        ydrop = int(rng.choice([500, 2000, 9430]))
+        ref = ydrop_extend(t, q, t0, q0, dirs, table, 400, 30, ydrop, cover, boxes=True)
+        got = ydrop_extend_numba(t, q, t0, q0, dirs, table, 400, 30, ydrop, cover, boxes=True, threads=1 + case % 2)
+        np.testing.assert_array_equal(got[3], ref[3], err_msg=f"case {case}: boxes")
         np.testing.assert_array_equal(got[0], ref[0], err_msg=f"case {case}: scores")
         for b in range(t0.size):
             np.testing.assert_array_equal(got[1][b], ref[1][b], err_msg=f"case {case} extension {b}: target path")
@@ -77,3 +86,62 @@ def test_numba_alignments_equal_numpy_and_do_not_depend_on_threads():
     assert ref
     for threads in (1, 2):
         assert key(gapped_alignments(hsps, t, q, cfg, kernel="numba", threads=threads)) == ref
+
+
+def _long_indel_case(rng, gap, insertion):
+    """A 5%-diverged pair of ~1.2 kbp whose query lacks (or, with ``insertion``, gains) ``gap`` bases in the middle."""
+    n = int(rng.integers(1000, 1400))
+    t = rng.integers(0, 4, n).astype(np.uint8)
+    q = t.copy()
+    mut = rng.random(n) < 0.05
+    q[mut] = (q[mut] + rng.integers(1, 4, int(mut.sum()))) % 4
+    at = n // 2
+    if insertion:
+        q = np.concatenate([q[:at], rng.integers(0, 4, gap).astype(np.uint8), q[at:]])
+    else:
+        q = np.concatenate([q[:at], q[at + gap:]])
+    return t, q
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_numba_equals_numpy_across_long_indels(seed):
+    """Across a single indel of 210-260 bases (which the former band of 128 cells lost) both directions of the
+    compiled extension equal the NumPy reference (scores, paths, boxes), and the path crosses the whole gap."""
+    rng = np.random.default_rng(100 + seed)
+    table = hoxd70().table(910).numpy()
+    for insertion in (False, True):
+        gap = int(rng.integers(210, 260))
+        t, q = _long_indel_case(rng, gap, insertion)
+        # forward from the start, backward from the ends (the indel lies in the middle either way)
+        t0, q0, dirs = np.array([0, t.size - 1]), np.array([0, q.size - 1]), np.array([1, -1])
+        ref = ydrop_extend(t, q, t0, q0, dirs, table, 400, 30, 9430, None, boxes=True)
+        got = ydrop_extend_numba(t, q, t0, q0, dirs, table, 400, 30, 9430, None, boxes=True)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[3], ref[3])
+        for b in range(2):
+            np.testing.assert_array_equal(got[1][b], ref[1][b])
+            np.testing.assert_array_equal(got[2][b], ref[2][b])
+            side = ref[1][b] if insertion else ref[2][b]  # the gapped side of the long indel
+            runs = np.diff(np.flatnonzero(np.diff(np.r_[False, side < 0, False].astype(np.int8))))[::2]
+            assert runs.size and runs.max() >= gap - 5, (insertion, b, gap, runs)
+            assert ref[1][b].max() >= t.size - 60  # and on to the far end
+
+
+def test_walls_stacked_past_the_primary_slots_block_both_kernels():
+    """A third alignment through the same query bases (kept in the overflow rows of Walls) blocks the extension
+    on both kernels alike: the path never passes one of its cells."""
+    rng = np.random.default_rng(9)
+    t = rng.integers(0, 4, 300).astype(np.uint8)
+    walls = Walls(t.size)
+    qpos = np.arange(100, 130)
+    for shift in (-60, 60, 0):  # the third one lies on the main diagonal of the extension
+        walls.add(qpos + shift, qpos)
+    assert walls.count[100] == 3 and walls.rows == 30
+    table = hoxd70().table(910).numpy()
+    args = (t, t.copy(), np.array([0]), np.array([0]), np.array([1]), table, 400, 30, 9430, walls)
+    ref, got = ydrop_extend(*args), ydrop_extend_numba(*args)
+    assert int(got[0][0]) == int(ref[0][0]) < 300 * 91
+    np.testing.assert_array_equal(got[1][0], ref[1][0])
+    np.testing.assert_array_equal(got[2][0], ref[2][0])
+    cells = set(zip(np.maximum.accumulate(ref[1][0]).tolist(), np.maximum.accumulate(ref[2][0]).tolist(), strict=True))
+    assert not cells & {(k, k) for k in range(100, 130)}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from torchhpc.ext.segalign.align import AlignConfig, align_files
+from torchhpc.ext.segalign.fasta import write_fasta
 from torchhpc.ext.segalign.recall import lastz_available, lastz_command, pairs_from_maf, recall, run_lastz
 
 
@@ -31,11 +32,9 @@ def _repeat_pair(tmp_path, seed=3, copies=5, spacer=1600):
         parts.append(3 - c[::-1] if k % 2 else c)
     t = np.concatenate(parts + [rng.integers(0, 4, 1000)])
     q = _mutate(rng, t, 0.05, 0.006)
-    paths = []
-    for name, s in (("t", t), ("q", q)):
-        p = tmp_path / f"{name}.fa"
-        p.write_text(f">{name}\n" + "".join("ACGT"[c] for c in s) + "\n")
-        paths.append(p)
+    paths = [tmp_path / "t.fa", tmp_path / "q.fa"]
+    for p, name, s in zip(paths, "tq", (t, q), strict=True):
+        write_fasta(p, {name: "".join("ACGT"[c] for c in s)})
     return paths
 
 

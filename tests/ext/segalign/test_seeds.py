@@ -81,3 +81,26 @@ def test_parse_seed():
             parse_seed(bad)
     with pytest.raises(InputError):
         build_index(torch.zeros(3, dtype=torch.uint8), "11", step=0)
+
+
+@pytest.mark.parametrize("transition", [True, False])
+def test_compiled_lookups_equal_tensor_lookups(transition):
+    """On the CPU with numba, the look-ups of seed_lookups come from one compiled pass; they equal the tensor
+    version's (the GPU's path) look-up for look-up, in the same order, windows with N included."""
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign.cpu_kernels import lookups_numba
+    from torchhpc.ext.segalign.seeds import _lookups_torch, seed_keys
+
+    rng = np.random.default_rng(3)
+    t = "".join(rng.choice(list("ACGT"), 30000))
+    q = "".join(rng.choice(list("ACGTN"), 20000, p=[0.24, 0.24, 0.24, 0.24, 0.04]))
+    codes_t, codes_q = from_strings({"t": t}).codes, from_strings({"q": q}).codes
+    index = build_index(codes_t, parse_seed("1101011"))  # weight 5: every key present, many hits
+    assert index.offsets is not None
+    keys = seed_keys(codes_q, index.pattern, 100, 15000)
+    ref = _lookups_torch(index, keys, 100, transition)[:3]
+    got = lookups_numba(keys, 1 + index.weight if transition else 1, index.present, index.offsets, 100,
+                        index.length)
+    assert ref[0].numel() > 1000
+    for a, b in zip(got, ref, strict=True):
+        assert torch.equal(a, b)
