@@ -178,8 +178,10 @@ def _start_train(tmp_path: Path, *extra: str) -> subprocess.Popen:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torchhpc.trainers.cli", "gems", "train", "--config", DEBUG,
            "--run.root", str(tmp_path), "--train.steps", "100000", "--train.checkpoint-every", "100000", *extra]
+    # SIGINT as a terminal delivers it, even when pytest itself runs with SIGINT ignored (a background job)
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                            stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True)
+                            stdin=subprocess.DEVNULL, cwd=REPO, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_ranks(proc: subprocess.Popen, n: int, timeout: float = 120) -> list:

@@ -123,8 +123,10 @@ def test_interrupting_the_launcher_leaves_no_rank_behind(tmp_path):
         "    sys.exit(130)\n"
     )
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OMP_NUM_THREADS="1")
+    # SIGINT as a terminal delivers it, even when pytest itself runs with SIGINT ignored (a background job)
     proc = subprocess.Popen([sys.executable, str(driver)], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     def ranks():
         out = subprocess.run(["pgrep", "-f", f"python -u -m {module}"], capture_output=True, text=True)
