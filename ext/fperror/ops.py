@@ -352,18 +352,7 @@ def reverse(dag: ExprDAG, groups: Groups, vals: tuple, col_out: torch.Tensor,
     seen_done = torch.zeros(n, dtype=torch.bool, device=dev)
     top = int(dag.level[col_out].max()) if c else -1  # groups above every output have zero adjoints
     # the outputs' backward cone (down to the cut): nodes outside it have a zero adjoint, skipped
-    live = torch.zeros(n, dtype=torch.bool, device=dev)
-    live[col_out] = True
-    for gi in range(len(groups.groups) - 1, -1, -1):
-        op, idx, a, b = groups.groups[gi]
-        if groups.levels[gi] > top:
-            continue
-        if cut_level is not None and groups.levels[gi] <= cut_level:
-            break
-        lv = live[idx]
-        live[a[lv]] = True
-        if op in (ADD, SUB, MUL, DIV, MAX):
-            live[b[lv]] = True
+    live, _ = _backward_cone(dag, groups, col_out, cut_level, dev)
     for gi in range(len(groups.groups) - 1, -1, -1):
         op, idx, a, b = groups.groups[gi]
         if groups.levels[gi] > top:
@@ -502,6 +491,27 @@ def error_terms(dag: ExprDAG, groups: Groups, fw: Forward, col_out: torch.Tensor
     return rig, first
 
 
+def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: int | None, dev):
+    """The nodes whose adjoint w.r.t. ``outs`` can be non-zero: ``(live (N,) bool, [(group, its live rows)])``,
+    groups from the top down, those above every output and those at or below ``cut_level`` left out."""
+    top = int(dag.level[outs].max()) if outs.numel() else -1
+    live = torch.zeros(dag.num_nodes, dtype=torch.bool, device=dev)
+    live[outs] = True
+    cone = []
+    for gi in range(len(groups.groups) - 1, -1, -1):
+        op, idx, a, b = groups.groups[gi]
+        if groups.levels[gi] > top:
+            continue
+        if cut_level is not None and groups.levels[gi] <= cut_level:
+            break
+        lv = live[idx]
+        cone.append((gi, lv))
+        live[a[lv]] = True
+        if op in (ADD, SUB, MUL, DIV, MAX):
+            live[b[lv]] = True
+    return live, cone
+
+
 def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, cut_level: int | None,
                 cut_err: torch.Tensor | None) -> torch.Tensor:
     """Rigorous error bounds ``(C,)`` of the nodes ``cols`` (each taken as an output, box 0).
@@ -512,23 +522,12 @@ def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, c
     """
     n, c = dag.num_nodes, cols.numel()
     dev = fw.vl.device
-    top = int(dag.level[cols].max())
-    live = torch.zeros(n, dtype=torch.bool, device=dev)
-    live[cols] = True
+    live, cone = _backward_cone(dag, groups, cols, cut_level, dev)
     todo = []
-    for gi in range(len(groups.groups) - 1, -1, -1):
+    for gi, lv in cone:
         op, idx, a, b = groups.groups[gi]
-        if groups.levels[gi] > top:
-            continue
-        if cut_level is not None and groups.levels[gi] <= cut_level:
-            break
-        lv = live[idx]
-        if not bool(lv.any()):
-            continue
-        todo.append((op, idx[lv], a[lv], b[lv]))
-        live[a[lv]] = True
-        if op in (ADD, SUB, MUL, DIV, MAX):
-            live[b[lv]] = True
+        if bool(lv.any()):
+            todo.append((op, idx[lv], a[lv], b[lv]))
     rows = live.nonzero().flatten()
     nl = rows.numel()
     pos = torch.full((n,), nl, dtype=torch.int64, device=dev)
