@@ -8,12 +8,14 @@ For each graph of ``--graph``:
 1. Emulated 2-node run: ``--nproc`` gloo ranks under torchrun, blocks of ``--ranks-per-node`` ranks
    form a node, and every rank injects inter-node bytes at ``--inter-node-mbps`` (the per-process
    injection limit LAW-H balances; see ``EmulatedNetwork``).  Time per call and inter-node bytes per rank.
+   Messages between ranks of one node take ``--intra-node`` (default: shared memory, for every algorithm).
 2. The same graph, ranks and sizes without emulation (loopback only) for ours, and Open MPI's
    ``Neighbor_alltoallv`` (mpi4py under ``mpirun``, loopback) on the same graph and sizes: the anchor.
    Open MPI cannot be slowed by our emulation, so it is compared in the loopback setting only.
    With ``--netns-mbit R`` (root): the same bench with the two nodes in two network namespaces joined
    by a veth pair limited to R Mbit/s each way (a shared per-node link rather than a per-rank limit).
-3. Cost model: latency and intra-node bandwidth fitted to run 2's direct calls; with the emulated
+3. Cost model: latencies (gloo and, with node-mates on shared memory, intra-node) and intra-node bandwidth
+   fitted to run 2's direct calls of all graphs together; with the emulated
    injection bandwidth it predicts run 1 (model vs measured); then the routing plans of 512 nodes x 56
    ranks = 28,672 processes at the paper's large message sizes, with cluster parameters (HDR-100-class
    NIC, 12.5 GB/s per node), beside the paper's reported "up to 9x" speed-up.
@@ -30,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from torchhpc.ext.collectives.config import INTRA_NODE_CHOICES, INTRA_NODE_DEFAULT, INTRA_NODE_HELP
 from torchhpc.ext.core.bench import bar_plot, benchmark_parser, print_rows, write_results
 
 ALGOS = ["direct", "lag-h", "law-h"]
@@ -43,7 +46,8 @@ def _torchrun_bench(args, mbps: float, out: Path) -> dict:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.nproc}",
            "-m", "torchhpc.trainers.collectives", "--graph", args.graph, "--seed", str(args.seed),
            "--ranks-per-node", str(args.ranks_per_node), "--sizes", args.sizes, "--algo", ",".join(ALGOS),
-           "--repeats", str(args.repeats), "--inter-node-mbps", str(mbps), "--output", str(out)]
+           "--repeats", str(args.repeats), "--inter-node-mbps", str(mbps), "--intra-node", args.intra_node,
+           "--output", str(out)]
     res = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if res.returncode:
         sys.exit(f"torchrun bench failed:\n{res.stderr[-3000:]}")
@@ -82,7 +86,7 @@ def _netns_bench(args, out: Path) -> dict | None:
     try:
         res = subprocess.run([str(NETNS_SCRIPT), "run", str(args.ranks_per_node), "--graph", args.graph, "--seed",
                               str(args.seed), "--sizes", args.sizes, "--algo", ",".join(ALGOS), "--repeats",
-                              str(args.repeats), "--output", str(out)], capture_output=True, text=True, env=env,
+                              str(args.repeats), "--intra-node", args.intra_node, "--output", str(out)], capture_output=True, text=True, env=env,
                              timeout=1800)
     finally:
         subprocess.run([str(NETNS_SCRIPT), "down"], env=env)
@@ -123,6 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sizes", default="4K,64K,256K,1M")
     ap.add_argument("--inter-node-mbps", type=float, default=20.0)
+    ap.add_argument("--intra-node", default=INTRA_NODE_DEFAULT, choices=INTRA_NODE_CHOICES, help=INTRA_NODE_HELP)
     ap.add_argument("--scale-graphs", default="random:0.002,powerlaw:57:1,moore:3:1",
                     help="graphs of the 28,672-process prediction")
     ap.add_argument("--netns-mbit", type=float, default=0.0,
@@ -137,7 +142,7 @@ def main(argv=None) -> int:
     from torchhpc.ext.collectives.model import calibrate, compare_measured, predict
     from torchhpc.ext.collectives.plan import CostModel
 
-    rows, runs, model_vs_measured, calibrations = [], {}, {}, {}
+    rows, runs, model_vs_measured = [], {}, {}
     for graph in args.graph.split(","):
         args_g = type(args)(**{**vars(args), "graph": graph})
         with tempfile.TemporaryDirectory() as tmp:
@@ -152,12 +157,16 @@ def main(argv=None) -> int:
         if netns:
             rows += _rows(netns, f"{graph} netns")
         runs[graph] = {"emulated": emulated, "loopback": loopback, "openmpi": anchor, "netns": netns}
-        # the cost model: calibrated on loopback direct calls, checked against the emulated runs
-        cal = calibrate(loopback)
-        calibrations[graph] = cal.as_dict()
-        emu_model = CostModel(alpha=cal.alpha, beta_intra=cal.beta_intra, beta_rank=args.inter_node_mbps * 1e6,
-                              beta_node=1e15)
-        model_vs_measured[graph] = compare_measured(emulated, emu_model)
+    # the cost model: calibrated on the loopback direct calls of every graph (one machine, one model: with
+    # node-mates on shared memory the two latencies need graphs of different mixes), checked against the
+    # emulated runs
+    cal = calibrate([r["loopback"] for r in runs.values()])
+    calibrations = {"all graphs": cal.as_dict()}
+    emu_model = CostModel(alpha=cal.alpha, alpha_intra=cal.alpha_intra, beta_intra=cal.beta_intra,
+                          beta_rank=args.inter_node_mbps * 1e6, beta_node=1e15)
+    print(f"cost model calibrated on the loopback direct calls: {cal.as_dict()}")
+    for graph, r in runs.items():
+        model_vs_measured[graph] = compare_measured(r["emulated"], emu_model)
         for m in model_vs_measured[graph]:
             print(f"model vs measured ({graph}, emulated) {m['size']:>8} {m['algo']:>6}: predicted "
                   f"{1e3 * m['predicted_s']:8.2f} ms, measured {1e3 * m['measured_s']:8.2f} ms")

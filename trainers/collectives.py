@@ -7,7 +7,9 @@
 
 `bench` prints time per call (largest median over ranks), the speed-up over direct and the bytes each
 rank injects between nodes; "nodes" are blocks of --ranks-per-node ranks, and --inter-node-mbps
-makes the path between them a slow, per-rank rate-limited one (0: off).  `model` evaluates the cost
+makes the path between them a slow, per-rank rate-limited one (0: off); node-mates exchange through
+shared memory (--intra-node shm, the default on one host) or the process group (group); --stats adds the
+time of each phase.  `model` evaluates the cost
 model on the real routing plans of nodes x ranks-per-node ranks.
 """
 

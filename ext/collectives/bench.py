@@ -35,6 +35,18 @@ def _all_ranks(flag: bool, device) -> bool:
     return bool(t.item())
 
 
+def _phase_medians(graph: ProcessGraph, algos: list[str], device, nbytes: int) -> dict[str, list[float]]:
+    """Per algorithm: each phase's median seconds over the recorded calls, the largest over ranks."""
+    out = {}
+    for algo in algos:
+        routed = graph.plan(np.full(len(graph.src), nbytes, dtype=np.int64), algo).algo if algo == "auto" else algo
+        calls = np.array([s for a, s in graph.phase_log if a == routed] or [[0.0, 0.0, 0.0]])
+        med = torch.tensor(np.median(calls, axis=0), dtype=torch.float64, device=device)
+        dist.all_reduce(med, op=dist.ReduceOp.MAX)
+        out[algo] = med.tolist()
+    return out
+
+
 def run_bench(opts: BenchOptions) -> dict | None:
     """One rank of the benchmark; returns the results on rank 0 (``None`` elsewhere).
 
@@ -55,7 +67,7 @@ def run_bench(opts: BenchOptions) -> dict | None:
         sources, destinations = neighbours(src, dst, rank)
         emulate = EmulatedNetwork(opts.inter_node_mbps * 1e6) if opts.inter_node_mbps > 0 else None
         graph = ProcessGraph(sources, destinations, ranks_per_node=opts.ranks_per_node or None, emulate=emulate,
-                             device=dev)
+                             device=dev, intra_node=opts.intra_node, shm_timeout_s=opts.timeout)
         rows = []
         for nbytes in opts.size_list:
             gen = torch.Generator().manual_seed(1000 * rank + nbytes % 997)
@@ -74,7 +86,10 @@ def run_bench(opts: BenchOptions) -> dict | None:
                     dist.barrier()
                 return fn
 
+            graph.phase_log = [] if opts.stats else None
             timings = time_interleaved({a: call(a) for a in opts.algo_list}, repeats=opts.repeats, warmup=1)
+            phases = _phase_medians(graph, opts.algo_list, dev, nbytes) if opts.stats else {}
+            graph.phase_log = None
             edge_bytes = np.full(len(graph.src), nbytes, dtype=np.int64)
             for algo in opts.algo_list:
                 plan = graph.plan(edge_bytes, algo)
@@ -85,12 +100,14 @@ def run_bench(opts: BenchOptions) -> dict | None:
                     "min_s": _max_over_ranks(timings[algo].min, dev),
                     "inter_node_bytes_max": int(inter.max()), "inter_node_bytes_mean": float(inter.mean()),
                     "inter_node_bytes_per_rank": inter.tolist(), "messages_max": int(plan.messages().max()),
-                    "identical": identical[algo],
+                    "identical": identical[algo], **({"phase_s": phases[algo]} if algo in phases else {}),
                 })
         cross = int((graph.node[graph.src] != graph.node[graph.dst]).sum())
         result = {"nranks": size, "nnodes": graph.nnodes, "ranks_per_node": opts.ranks_per_node, "graph": opts.graph,
                   "seed": opts.seed, "edges": len(graph.src), "cross_edges": cross,
-                  "inter_node_mbps": opts.inter_node_mbps, "backend": ctx.backend, "rows": rows}
+                  "inter_node_mbps": opts.inter_node_mbps, "backend": ctx.backend,
+                  "intra_node_transport": graph.intra_node_transport, "rows": rows}
+        graph.close()
     return result if rank == 0 else None
 
 
@@ -101,6 +118,7 @@ def format_table(result: dict) -> str:
              f"{result['inter_node_mbps']:g} MB/s per rank" if result["inter_node_mbps"] else
              f"{result['nranks']} ranks on {result['nnodes']} nodes, graph {result['graph']}: real transport only "
              f"(no software emulation)"]
+    lines[0] += f"; intra-node transport {result.get('intra_node_transport', result.get('backend', '?'))}"
     lines.append(f"{'size':>8} {'algo':>12} {'ms/call':>9} {'vs direct':>9} {'inter-node B/rank max':>22} "
                  f"{'mean':>10} {'msgs':>5} {'same bytes':>10}")
     direct = {r["size"]: r["median_s"] for r in result["rows"] if r["algo"] == "direct"}
@@ -109,7 +127,9 @@ def format_table(result: dict) -> str:
         name = r["algo"] if r["routed_as"] == r["algo"] else f"{r['algo']}:{r['routed_as']}"
         lines.append(f"{_size(r['size']):>8} {name:>12} {1e3 * r['median_s']:9.2f} {ratio:>9} "
                      f"{r['inter_node_bytes_max']:22d} {r['inter_node_bytes_mean']:10.0f} {r['messages_max']:5d} "
-                     f"{str(r['identical']):>10}")
+                     f"{str(r['identical']):>10}"
+                     + ("   phases ms (gather/inter-node/scatter): " + " / ".join(f"{1e3 * t:.1f}" for t in r["phase_s"])
+                        if "phase_s" in r else ""))
     return "\n".join(lines)
 
 

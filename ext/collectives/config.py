@@ -13,6 +13,13 @@ from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import ConfigError
 
 ALGO_CHOICES = ("direct", "lag-h", "law-h", "auto")
+INTRA_NODE_CHOICES = ("auto", "shm", "group")
+INTRA_NODE_DEFAULT = "auto"
+INTRA_NODE_HELP = ("transport of the messages between ranks of one node: shm (each rank's outbox in a /dev/shm "
+                   "segment its node-mates map, CPU tensors only), group (the process group's own send/recv: gloo "
+                   "or NCCL), auto (shm on CPU where all ranks of a node share a host name, else group); the "
+                   "inter-node messages always take the process group")
+SHM_TIMEOUT_S = 300.0
 
 
 def _split(text: str) -> list[str]:
@@ -57,9 +64,12 @@ class BenchOptions:
                           ge=1, le=10000)
     inter_node_mbps: float = option(100.0, help="emulated injection bandwidth of one rank between nodes, MB/s "
                                     "(10^6 B/s); 0 turns the emulation off (real transport only)", ge=0)
+    intra_node: str = option(INTRA_NODE_DEFAULT, help=INTRA_NODE_HELP, choices=list(INTRA_NODE_CHOICES))
     seed: int = option(0, help="seed of the random graph", ge=0)
     output: str | None = option(None, help="write the results as JSON here (rank 0)")
     json: bool = option(False, help="print the results as one JSON line instead of a table")
+    stats: bool = option(False, help="also report where each algorithm's time goes: seconds per phase (gather, "
+                         "inter-node, scatter), the largest median over ranks")
     device: str = option("cpu", help="cpu (gloo) or cuda (NCCL)", choices=["auto", "cpu", "cuda"])
     timeout: float = option(120.0, help="collective timeout in seconds: a dead peer fails the job after this",
                             gt=0, le=86400)

@@ -35,20 +35,33 @@ def _load(path: str | Path) -> dict:
 
 
 def calibration_samples(run: dict) -> list[dict]:
-    """``{"msgs", "bytes", "seconds"}`` per size of the ``direct`` algorithm of an un-emulated run."""
-    src, dst = parse_graph(run["graph"], run["nranks"], run["seed"])
-    out_deg = np.bincount(src, minlength=run["nranks"])
-    in_deg = np.bincount(dst, minlength=run["nranks"])
-    deg = int(np.maximum(out_deg, in_deg).max())
-    return [{"msgs": deg, "bytes": deg * r["size"], "seconds": r["median_s"]}
-            for r in run["rows"] if r["algo"] == "direct"]
+    """``{"msgs", "bytes", "seconds"}`` per size of the ``direct`` algorithm of an un-emulated run; when
+    node-mates exchanged through shared memory, the busiest rank's node-mate messages and bytes apart
+    (``msgs_intra``, ``bytes_intra``) from its other messages (``msgs``, ``bytes``: gloo)."""
+    P = run["nranks"]
+    src, dst = parse_graph(run["graph"], P, run["seed"])
+
+    def busiest(mask):
+        return int(np.maximum(np.bincount(src[mask], minlength=P), np.bincount(dst[mask], minlength=P)).max())
+
+    rows = [r for r in run["rows"] if r["algo"] == "direct"]
+    if run.get("intra_node_transport") == "shm" and run.get("ranks_per_node"):
+        node = node_of_ranks(P, run["ranks_per_node"])
+        local = node[src] == node[dst]
+        deg, deg_local = busiest(~local), busiest(local)
+        return [{"msgs": deg, "bytes": deg * r["size"], "msgs_intra": deg_local, "bytes_intra": deg_local * r["size"],
+                 "seconds": r["median_s"]} for r in rows]
+    deg = busiest(np.ones(len(src), dtype=bool))
+    return [{"msgs": deg, "bytes": deg * r["size"], "seconds": r["median_s"]} for r in rows]
 
 
-def calibrate(run: dict, base: CostModel | None = None) -> CostModel:
-    """Fit ``alpha`` and ``beta_intra`` to an un-emulated run (see :func:`calibration_samples`)."""
+def calibrate(run: dict | list[dict], base: CostModel | None = None) -> CostModel:
+    """Fit ``alpha`` and ``beta_intra`` (and ``alpha_intra`` under shared memory) to un-emulated runs (one
+    or several graphs on the same machine; see :func:`calibration_samples`)."""
     from .plan import fit_cost_model
 
-    return fit_cost_model(calibration_samples(run), base)
+    runs = [run] if isinstance(run, dict) else list(run)
+    return fit_cost_model([s for r in runs for s in calibration_samples(r)], base)
 
 
 def compare_measured(run: dict, model: CostModel) -> list[dict]:
@@ -72,6 +85,7 @@ def model_from_options(opts: ModelOptions) -> CostModel:
         if not cal:
             raise InputError(f"{opts.calibration}: no calibration in params")
         model.alpha, model.beta_intra = cal["alpha_s"], cal["beta_intra_Bps"]
+        model.alpha_intra = cal.get("alpha_intra_s")
     return model
 
 

@@ -15,6 +15,10 @@ of the messages, so all algorithms give byte-identical results.
 Each call first all-gathers a few integers per rank (dtype, ``F``, rows per edge): every rank then
 knows every message's size, checks the call (a mismatch is the same :class:`InputError` on every
 rank, not a hang) and derives the same routing plan (cached per size pattern).
+
+Messages between ranks of one node go through shared-memory outboxes (:mod:`.shm`) when the graph's
+``intra_node`` transport is ``shm`` (the default on CPU where a node's ranks share a host), else
+through the process group like the inter-node ones; every algorithm uses the same transport.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,6 +36,7 @@ import torch.distributed as dist
 
 from torchhpc.ext.core.errors import ConfigError, DistributedError, InputError
 
+from .config import INTRA_NODE_CHOICES, INTRA_NODE_DEFAULT, SHM_TIMEOUT_S
 from .plan import ALGORITHMS, NPHASES, CostModel, Plan, build_plan, choose_algorithm
 
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
@@ -89,21 +95,33 @@ class ProcessGraph:
         cost_model: the model ``auto`` consults.
         device: where received tensors live (default: the current CUDA device under NCCL, else the CPU).
         min_split_bytes: LAW-H cuts a large message into pieces of at least this many bytes.
+        intra_node: transport of messages between ranks of one node, for every algorithm: ``shm``
+            (shared-memory outboxes, :mod:`~torchhpc.ext.collectives.shm`), ``group`` (the process
+            group's send/recv) or ``auto`` (``shm`` on CPU where all ranks of a node share a host name).
+            ``intra_node_transport`` says what runs.
+        shm_timeout_s: the longest a rank waits for a node-mate in the shared-memory transport.
 
     Raises:
         InputError: on every rank, when the neighbour lists disagree (A lists B as a destination
             but B does not list A as a source, or the other way), a rank is out of range or listed
             twice.
+        ConfigError: on every rank, for ``intra_node="shm"`` with CUDA tensors or a node spanning hosts.
+        DistributedError: a node-mate died or stopped calling (after ``shm_timeout_s``).
     """
 
     def __init__(self, sources: Sequence[int], destinations: Sequence[int], group=None, *,
                  ranks_per_node: int | None = None, capacity: float = 1.0, algo: str = "auto",
                  emulate: EmulatedNetwork | None = None, cost_model: CostModel | None = None,
-                 device: torch.device | str | None = None, min_split_bytes: int = 64 << 10):
+                 device: torch.device | str | None = None, min_split_bytes: int = 64 << 10,
+                 intra_node: str = INTRA_NODE_DEFAULT, shm_timeout_s: float = SHM_TIMEOUT_S):
         if not dist.is_initialized():
             raise DistributedError("ProcessGraph needs an initialised torch.distributed process group")
         if algo != "auto" and algo not in ALGORITHMS:
             raise ConfigError(f"algo must be auto or one of {', '.join(ALGORITHMS)}; got {algo!r}")
+        if intra_node not in INTRA_NODE_CHOICES:
+            raise ConfigError(f"intra_node must be one of {', '.join(INTRA_NODE_CHOICES)}; got {intra_node!r}")
+        if not shm_timeout_s > 0:
+            raise ConfigError(f"shm_timeout_s must be > 0, got {shm_timeout_s}")
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
@@ -124,7 +142,7 @@ class ProcessGraph:
         # the one collective of creation: every rank learns every rank's lists and placement
         launcher_node = os.environ.get("GROUP_RANK")
         mine = {"sources": self.sources, "destinations": self.destinations, "capacity": float(capacity),
-                "host": socket.gethostname(), "launcher_node": launcher_node}
+                "host": socket.gethostname(), "launcher_node": launcher_node, "token": uuid.uuid4().hex[:16]}
         everyone: list = [None] * self.size
         dist.all_gather_object(everyone, mine, group=group)
         _check_graph(everyone, self.size)
@@ -139,7 +157,61 @@ class ProcessGraph:
         key = {(int(s), int(d)): e for e, (s, d) in enumerate(zip(self.src, self.dst, strict=True))}
         self.in_edges = np.array([key[(s, self.rank)] for s in self.sources], dtype=np.int64)
         self._plans: dict[tuple, Plan] = {}
+        self.phase_log: list | None = None  # set to a list to record (algo, [seconds per phase]) per call
         self._globals = [dist.get_global_rank(group, r) if group is not None else r for r in range(self.size)]
+        self._pending = None  # the asynchronous call in flight, if any
+        self._shm = None
+        self.intra_node_transport = backend
+        self._setup_shm(everyone, intra_node, float(shm_timeout_s))
+
+    def _setup_shm(self, everyone: list[dict], intra_node: str, timeout_s: float) -> None:
+        """Decide the intra-node transport (the same on every rank) and set up the shared-memory outboxes."""
+        from .shm import NodeShm
+
+        if intra_node == "group":
+            return
+        nodes = {}
+        for r, m in enumerate(everyone):
+            nodes.setdefault(int(self.node[r]), set()).add(m["host"])
+        split = sorted(n for n, hosts in nodes.items() if len(hosts) > 1)
+        if intra_node == "shm" and (self.device.type != "cpu" or split):
+            why = f"node {split[0]} spans hosts" if split else f"tensors live on {self.device.type}"
+            raise ConfigError(f"intra_node=shm needs every node on one host and CPU tensors, but {why}")
+        if self.device.type != "cpu" or split:
+            return  # auto: the process group's own transport
+        local = [r for r in range(self.size) if self.node[r] == self.node[self.rank]]
+        mine = NodeShm(everyone[0]["token"], self.rank, local, timeout_s) if len(local) > 1 else None
+        error = ""
+        try:
+            if mine is not None:
+                mine.create()
+        except OSError as exc:
+            error = f"rank {self.rank}: cannot create its shared-memory segment ({exc})"
+        dist.barrier(group=self.group)
+        try:
+            if mine is not None and not error:
+                mine.attach()
+        except OSError as exc:
+            error = f"rank {self.rank}: cannot map its node-mates' shared-memory segments ({exc})"
+        errors: list = [None] * self.size
+        dist.all_gather_object(errors, error, group=self.group)
+        if mine is not None:
+            mine.seal()  # every node-mate has mapped the files: they can go
+        first = next((e for e in errors if e), None)
+        if first:
+            if mine is not None:
+                mine.close()
+            if intra_node == "shm":
+                raise DistributedError(first)
+            return
+        self._shm = mine  # None on a node of one rank: it has no node-mates
+        self.intra_node_transport = "shm"
+
+    def close(self) -> None:
+        """Release the shared-memory outboxes (also done when the graph is garbage-collected)."""
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
 
     @property
     def nnodes(self) -> int:
@@ -260,10 +332,12 @@ class NeighborWork:
     """The handle of an asynchronous call: the first phase is in flight; :meth:`wait` completes the
     remaining phases and returns the received tensors (in the order of ``sources``)."""
 
-    def __init__(self, steps):
+    def __init__(self, steps, graph: ProcessGraph | None = None):
         self._steps = steps
         self._result = None
         next(self._steps)  # post phase 0
+        if graph is not None:
+            graph._pending = self
 
     def wait(self) -> list[torch.Tensor]:
         if self._result is None:
@@ -300,9 +374,10 @@ def neighbor_alltoallv(send: Sequence[torch.Tensor], graph: ProcessGraph, *, alg
     itemsize = torch.empty((), dtype=dtype).element_size()
     row_bytes = itemsize * int(np.prod(feat, dtype=np.int64)) if feat else itemsize
     plan = graph.plan(rows * row_bytes, algo)
+    _finish_pending(graph)
     steps = _execute(send, graph, plan, dtype, feat, rows)
     if async_op:
-        return NeighborWork(steps)
+        return NeighborWork(steps, graph)
     *_, out = steps  # run every phase; the last step yields the received tensors
     return out
 
@@ -348,11 +423,20 @@ class PersistentNeighborAlltoallv:
         if self.plan is None:
             empty = [torch.empty((0,), device=self.graph.device) for _ in self.graph.sources]
             return _Done(empty) if async_op else empty
+        _finish_pending(self.graph)
         steps = _execute(send, self.graph, self.plan, dtype, feat, rows)
         if async_op:
-            return NeighborWork(steps)
+            return NeighborWork(steps, self.graph)
         *_, out = steps
         return out
+
+
+def _finish_pending(graph: ProcessGraph) -> None:
+    """Complete the graph's asynchronous call still in flight before the next call starts (the
+    shared-memory outboxes hold one call at a time)."""
+    work, graph._pending = graph._pending, None
+    if work is not None and not work.is_completed():
+        work.wait()
 
 
 class _Done(NeighborWork):
@@ -386,6 +470,22 @@ def _p2p(op, buf: torch.Tensor, graph: ProcessGraph, peer: int, paced: EmulatedN
     return bulk + [dist.P2POp(op, buf[cut:], g, group=graph.group, tag=_TAIL_TAG)]
 
 
+def _shm_layout(plan: Plan, rank: int, same_node) -> tuple[dict[tuple[int, int], int], int]:
+    """Where ``rank`` puts, in its shared-memory outbox, its bytes for each node-mate in each phase:
+    ``({(phase, peer): offset}, total bytes)`` (phases in order, peers ascending; empty messages skipped)."""
+    key = ("shm", rank)
+    if key not in plan._rank_cache:
+        offsets, total = {}, 0
+        for p, (sends, _) in enumerate(plan.rank_schedule(rank)):
+            for peer, ids in sends.items():
+                n = int(plan.nbytes[ids].sum())
+                if n and same_node(rank, peer):
+                    offsets[(p, peer)] = total
+                    total += n
+        plan._rank_cache[key] = (offsets, total)
+    return plan._rank_cache[key]
+
+
 def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
     """Walk the plan's phases for this rank; yields after posting phase 0, then the result at the end."""
     me = graph.rank
@@ -399,23 +499,42 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
     schedule = plan.rank_schedule(me)
     node = plan.node
     emulate = graph.emulate
+    shm = graph._shm
+
+    def same_node(a, b):
+        return node[a] == node[b]
+
+    if shm is not None:  # node-mates' messages go through the shared-memory outboxes
+        layouts = {r: _shm_layout(plan, r, same_node) for r in shm.local}
+        shm.begin({r: layouts[r][1] for r in shm.local})
+    first_write = True
     posted = None
+    spent = [0.0] * NPHASES
     for p in range(NPHASES):
         t0 = time.perf_counter()
         sends, recvs = schedule[p]
-        ops, inbox = [], []
+        ops, inbox, shm_in = [], [], []
         for peer, ids in recvs.items():
             total = int(nbytes[ids].sum())
             if total == 0:
                 inbox.append((None, ids))
                 continue
+            if shm is not None and node[peer] == node[me]:
+                shm_in.append((peer, ids, total))
+                continue
             buf = torch.empty(total, dtype=torch.uint8, device=graph.device)
             ops += _p2p(dist.irecv, buf, graph, peer, emulate if node[peer] != node[me] else None)
             inbox.append((buf, ids))
-        tails, inter = [], 0
+        tails, inter, shm_out = [], 0, []
         for peer, ids in sends.items():
             parts = [held.pop(int(e)) for e in ids]
             if int(nbytes[ids].sum()) == 0:
+                continue
+            if shm is not None and node[peer] == node[me]:
+                off = layouts[me][0][(p, peer)]
+                for part in parts:
+                    shm_out.append((off, part))
+                    off += part.numel()
                 continue
             buf = torch.cat(parts) if len(parts) > 1 else parts[0]
             paced = emulate if node[peer] != node[me] else None
@@ -424,6 +543,9 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
             (tails if paced is not None else ops).append(tail)
             if node[peer] != node[me]:
                 inter += buf.numel()
+        if shm_out:  # node-mates can go on while the process group's messages travel
+            shm.send(p, shm_out, first_write)
+            first_write = False
         works = dist.batch_isend_irecv(ops) if ops else []
         if tails:  # the emulated injection time of this rank, overlapping the transfer of the bulk
             time.sleep(max(0.0, t0 + inter / emulate.bytes_per_s - time.perf_counter()))
@@ -431,6 +553,10 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
         posted = (works, inbox)
         if p == 0:
             yield None
+        for peer, ids, total in shm_in:
+            posted[1].append((shm.recv(p, peer, layouts[peer][0][(p, me)], total), ids))
+        if shm is not None:
+            shm.done(p)
         for w in posted[0]:
             w.wait()
         for buf, ids in posted[1]:
@@ -438,6 +564,9 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
             for k, e in enumerate(ids):
                 held[int(e)] = (buf[offsets[k]:offsets[k + 1]] if buf is not None
                                 else torch.empty(0, dtype=torch.uint8, device=graph.device))
+        spent[p] = time.perf_counter() - t0
+    if graph.phase_log is not None:
+        graph.phase_log.append((plan.algo, spent))
     out = []
     for e in graph.in_edges:
         ids = plan.pieces_of(int(e))

@@ -272,10 +272,14 @@ class CostModel:
     """Time of one phase = max over ranks of ``alpha * messages + max(intra_bytes / beta_intra,
     inter_bytes_injected / beta_rank)`` (a rank's copies inside its node overlap its injection) and over
     nodes of ``inter_bytes_injected_by_node / beta_node`` (messages and intra-node bytes: the larger of
-    sent and received); a call is the sum of its phases.  Bandwidths in bytes per second."""
+    sent and received); a call is the sum of its phases.  Bandwidths in bytes per second.  With
+    ``alpha_intra`` set (a separate intra-node transport, e.g. shared memory), a rank's messages cost
+    ``alpha * inter-node messages + alpha_intra * intra-node messages`` instead."""
 
     alpha: float = 20e-6
     """per-message latency (s)"""
+    alpha_intra: float | None = None
+    """per-message latency between ranks of one node (s); None: ``alpha`` (one transport for both)"""
     beta_intra: float = 2e9
     """intra-node copy bandwidth of one rank (B/s)"""
     beta_rank: float = 3e9
@@ -284,8 +288,11 @@ class CostModel:
     """injection bandwidth of a whole node, its NIC (B/s)"""
 
     def as_dict(self) -> dict[str, float]:
-        return {"alpha_s": self.alpha, "beta_intra_Bps": self.beta_intra, "beta_rank_Bps": self.beta_rank,
-                "beta_node_Bps": self.beta_node}
+        out = {"alpha_s": self.alpha, "beta_intra_Bps": self.beta_intra, "beta_rank_Bps": self.beta_rank,
+               "beta_node_Bps": self.beta_node}
+        if self.alpha_intra is not None:
+            out["alpha_intra_s"] = self.alpha_intra
+        return out
 
 
 def phase_loads(plan: Plan, phase: int) -> dict[str, np.ndarray]:
@@ -295,12 +302,14 @@ def phase_loads(plan: Plan, phase: int) -> dict[str, np.ndarray]:
     b = plan.nbytes[ids].astype(np.float64)
     cross = plan.node[x] != plan.node[y]
     pairs = np.unique(x * P + y) if len(x) else np.zeros(0, np.int64)
+    local = plan.node[pairs // P] == plan.node[pairs % P]
 
     def count(idx, w=None):
         return np.bincount(idx, weights=w, minlength=P).astype(np.float64)
 
     return {
         "msgs_out": count(pairs // P), "msgs_in": count(pairs % P),
+        "msgs_intra_out": count(pairs[local] // P), "msgs_intra_in": count(pairs[local] % P),
         "intra_out": count(x[~cross], b[~cross]), "intra_in": count(y[~cross], b[~cross]),
         "inter_out": count(x[cross], b[cross]), "inter_in": count(y[cross], b[cross]),
     }
@@ -314,7 +323,13 @@ def plan_cost(plan: Plan, model: CostModel) -> float:
         ld = phase_loads(plan, p)
         if not ld["msgs_out"].any():
             continue
-        per_rank = (model.alpha * np.maximum(ld["msgs_out"], ld["msgs_in"])
+        if model.alpha_intra is None:
+            latency = model.alpha * np.maximum(ld["msgs_out"], ld["msgs_in"])
+        else:
+            intra_out, intra_in = ld["msgs_intra_out"], ld["msgs_intra_in"]
+            latency = (model.alpha * np.maximum(ld["msgs_out"] - intra_out, ld["msgs_in"] - intra_in)
+                       + model.alpha_intra * np.maximum(intra_out, intra_in))
+        per_rank = (latency
                     + np.maximum(np.maximum(ld["intra_out"], ld["intra_in"]) / model.beta_intra,
                                  ld["inter_out"] / model.beta_rank))
         node_out = np.bincount(plan.node, weights=ld["inter_out"], minlength=nnodes)
@@ -330,15 +345,27 @@ def choose_algorithm(src, dst, nbytes, node, model: CostModel | None = None) -> 
 
 
 def fit_cost_model(samples: list[dict], base: CostModel | None = None) -> CostModel:
-    """Calibrate ``alpha`` and ``beta_intra`` from measured single-node calls by least squares.
+    """Calibrate ``alpha`` and ``beta_intra`` from measured single-machine calls by least squares.
 
     Args:
         samples: ``{"msgs": max messages of a rank, "bytes": max bytes of a rank, "seconds": measured}``
-            per measured (graph, size) of the ``direct`` algorithm with every rank on one node.
+            per measured (graph, size) of the ``direct`` algorithm with every rank on one machine.  With
+            ``"msgs_intra"`` and ``"bytes_intra"`` too (node-mates' messages on their own transport, the
+            others' in ``msgs``/``bytes``), a non-negative fit of ``alpha``, ``alpha_intra``, ``beta_intra``
+            and the other transport's bandwidth (used only to fit; samples of several graphs are needed).
     """
     base = base or CostModel()
-    A = np.array([[s["msgs"], s["bytes"]] for s in samples], dtype=np.float64)
     t = np.array([s["seconds"] for s in samples], dtype=np.float64)
+    if all("msgs_intra" in s for s in samples):
+        from scipy.optimize import nnls
+
+        A = np.array([[s["msgs"], s["msgs_intra"], s["bytes"], s["bytes_intra"]] for s in samples], dtype=np.float64)
+        scale = np.maximum(A.max(axis=0), 1.0)  # columns of like size, for a well-conditioned fit
+        coef = nnls(A / scale, t)[0] / scale
+        return CostModel(alpha=float(max(coef[0], 1e-7)), alpha_intra=float(max(coef[1], 1e-7)),
+                         beta_intra=1.0 / float(max(coef[3], 1e-12)), beta_rank=base.beta_rank,
+                         beta_node=base.beta_node)
+    A = np.array([[s["msgs"], s["bytes"]] for s in samples], dtype=np.float64)
     coef, *_ = np.linalg.lstsq(A, t, rcond=None)
     alpha = float(max(coef[0], 1e-7))
     inv_beta = float(max(coef[1], 1e-12))

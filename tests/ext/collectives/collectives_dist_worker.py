@@ -3,9 +3,11 @@
     torchrun --standalone --nproc-per-node 4 collectives_dist_worker.py OUT_DIR SEED [SEED ...]
 
 Per seed: a random graph (density 0.6) with random rows per edge (zero included), int32 messages
-of width 3; every algorithm's received messages go to ``OUT_DIR/<algo>-<seed>-rank<r>.npz``.
-Then the bad inputs, each of which must raise the same InputError on every rank; the messages go
-to ``OUT_DIR/errors-rank<r>.json``.
+of width 3; every algorithm's received messages go to ``OUT_DIR/<algo>-<seed>-rank<r>.npz`` (node-mates
+through the shared-memory outboxes, the default on one host) and ``<algo>-gloo-<seed>-rank<r>.npz``
+(node-mates through gloo).  Then the bad inputs, each of which must raise the same InputError on every rank; the messages go
+to ``OUT_DIR/errors-rank<r>.json``; 2 MB messages that make the outboxes grow; and a node-mate that
+never calls (its peer must fail within the shared-memory timeout).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from torchhpc.ext.collectives.ops import (
     neighbor_allgather,
     neighbor_alltoallv,
 )
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.collectives.shm import leftover_files
+from torchhpc.ext.core.errors import DistributedError, InputError
 
 ALGOS = ["direct", "lag-h", "law-h", "auto"]
 DENSITY = 0.6
@@ -45,10 +48,25 @@ def exchange(out: Path, seed: int, rank: int, size: int) -> None:
         got = neighbor_alltoallv(send, graph, algo=algo)
         np.savez(out / f"{algo}-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
                  **{f"from{s}": g.numpy() for s, g in zip(sources, got, strict=True)})
+    # the same calls with node-mates' messages over gloo instead of the shared-memory outboxes
+    on_gloo = ProcessGraph(sources, destinations, ranks_per_node=2, min_split_bytes=8, intra_node="group")
+    for algo in ALGOS:
+        got = neighbor_alltoallv(send, on_gloo, algo=algo)
+        np.savez(out / f"{algo}-gloo-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
+                 **{f"from{s}": g.numpy() for s, g in zip(sources, got, strict=True)})
+    transports = {"default": graph.intra_node_transport, "group": on_gloo.intra_node_transport,
+                  "token": graph._shm.token, "files_after_calls": leftover_files(graph._shm.token)}
+    (out / f"transport-{seed}-rank{rank}.json").write_text(json.dumps(transports))
     work = neighbor_alltoallv(send, graph, algo="law-h", async_op=True)
     got = work.wait()
     np.savez(out / f"async-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
              **{f"from{s}": g.numpy() for s, g in zip(sources, got, strict=True)})
+    # two asynchronous calls in flight on one graph: the second completes the first before using the outboxes
+    first = neighbor_alltoallv(send, graph, algo="direct", async_op=True)
+    second = neighbor_alltoallv(send, graph, algo="law-h", async_op=True)
+    for name, work in (("async2nd", second), ("async1st", first)):
+        np.savez(out / f"{name}-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
+                 **{f"from{s}": g.numpy() for s, g in zip(sources, work.wait(), strict=True)})
     exchange = PersistentNeighborAlltoallv([t.shape for t in send], torch.int32, graph, algo="lag-h")
     exchange(send)
     got = exchange(send)  # the second call of the same request
@@ -60,6 +78,36 @@ def exchange(out: Path, seed: int, rank: int, size: int) -> None:
     got = neighbor_alltoallv(send, paced, algo="law-h")
     np.savez(out / f"emulated-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
              **{f"from{s}": g.numpy() for s, g in zip(sources, got, strict=True)})
+
+
+def big_ring(out: Path, rank: int, size: int) -> None:
+    """2 MB messages around a ring after 8-byte ones: the outboxes grow (remapped) between calls."""
+    graph = ProcessGraph([(rank - 1) % size], [(rank + 1) % size], ranks_per_node=2, min_split_bytes=8)
+    for n in (8, 2 << 20):
+        msg = ((torch.arange(n, dtype=torch.int64) * 7 + rank) % 251).to(torch.uint8)
+        for algo in ("direct", "law-h"):
+            got = neighbor_alltoallv([msg], graph, algo=algo)[0]
+            np.save(out / f"ring-{algo}-{n}-rank{rank}.npy", got.numpy())
+    leftovers = leftover_files(graph._shm.token)
+    graph.close()
+    (out / f"ring-files-rank{rank}.json").write_text(json.dumps(leftovers))
+
+
+def absent_node_mate(out: Path, rank: int, size: int) -> None:
+    """Ranks 0 -> 1 and 2 -> 3 inside nodes; rank 0 never calls: rank 1 must fail within the timeout."""
+    dests = {0: [1], 2: [3]}.get(rank, [])
+    sources = {1: [0], 3: [2]}.get(rank, [])
+    graph = ProcessGraph(sources, dests, ranks_per_node=2, shm_timeout_s=1.0)
+    exchange = PersistentNeighborAlltoallv([(3,)] * len(dests), torch.float32, graph, algo="direct")
+    result = None
+    if rank != 0:
+        try:
+            got = exchange([torch.full((3,), float(rank))] * len(dests))
+            result = [t.tolist() for t in got]
+        except DistributedError as exc:
+            result = str(exc)
+    dist.barrier()
+    (out / f"absent-rank{rank}.json").write_text(json.dumps(result))
 
 
 def allgather_moore(out: Path, rank: int, size: int) -> None:
@@ -149,6 +197,8 @@ def main() -> None:
         halo(out, rank, size)
         subgroup(out, rank, size)
         bad_inputs(out, rank, size)
+        big_ring(out, rank, size)
+        absent_node_mate(out, rank, size)
     finally:
         dist.destroy_process_group()
 

@@ -1,5 +1,7 @@
-"""Every algorithm (direct, LAG-H, LAW-H, auto, async, persistent, LAW-H on the emulated slow path) on 4 gloo ranks receives exactly what Open MPI's
-``Neighbor_alltoallv`` (mpi4py, under mpirun) and a brute-force construction of each message say it must."""
+"""Every algorithm (direct, LAG-H, LAW-H, auto, async, persistent, LAW-H on the emulated slow path) on 4 gloo ranks,
+with node-mates' messages through the shared-memory outboxes and through gloo, receives exactly what Open MPI's
+``Neighbor_alltoallv`` (mpi4py, under mpirun) and a brute-force construction of each message say it must; the
+shared-memory files never outlive their set-up, and an absent node-mate fails its peer within the timeout."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import pytest
 
 from torchhpc.ext.collectives.graphs import edge_rows, moore_graph, neighbours, payload, random_graph
 
-ALGOS = ["direct", "lag-h", "law-h", "auto", "async", "persistent", "emulated"]
+ALGOS = ["direct", "lag-h", "law-h", "auto", "async", "async1st", "async2nd", "persistent", "emulated",
+         "direct-gloo", "lag-h-gloo", "law-h-gloo", "auto-gloo"]
 
 NPROC = 4  # as in conftest.py's launch
 SEEDS = [0, 11]
@@ -95,3 +98,35 @@ def test_exchange_on_a_subgroup(torch_run):
     for r in (1, 2, 3):
         prev = (r - 1 - 1) % 3  # group rank of the predecessor
         assert got[r] == [[10.0 * (prev + 1)] * (prev + 1)]
+
+
+def test_shared_memory_transport_is_the_default_and_leaves_no_files(torch_run):
+    """On one host the default graph moves node-mates' messages through /dev/shm (gloo only when asked), and
+    no file of it is left in /dev/shm, neither during the calls nor after the job."""
+    from torchhpc.ext.collectives.shm import leftover_files
+
+    for seed in SEEDS:
+        docs = [json.loads((torch_run / f"transport-{seed}-rank{r}.json").read_text()) for r in range(NPROC)]
+        assert {d["default"] for d in docs} == {"shm"} and {d["group"] for d in docs} == {"gloo"}
+        assert all(d["files_after_calls"] == [] for d in docs)
+        assert all(leftover_files(d["token"]) == [] for d in docs)
+    assert all(json.loads((torch_run / f"ring-files-rank{r}.json").read_text()) == [] for r in range(NPROC))
+
+
+def test_outboxes_grow_for_large_messages(torch_run):
+    """After 8-byte calls, 2 MB messages (beyond the first outbox) arrive intact around the ring, direct and LAW-H."""
+    for rank in range(NPROC):
+        prev = (rank - 1) % NPROC
+        for n in (8, 2 << 20):
+            want = ((np.arange(n, dtype=np.int64) * 7 + prev) % 251).astype(np.uint8)
+            for algo in ("direct", "law-h"):
+                assert np.array_equal(np.load(torch_run / f"ring-{algo}-{n}-rank{rank}.npy"), want), (algo, n, rank)
+
+
+def test_absent_node_mate_fails_within_the_timeout(torch_run):
+    """Rank 0 never calls: its node-mate rank 1 raises a DistributedError naming the 1 s shared-memory timeout
+    (no hang), while ranks 2 -> 3 on the other node exchange normally."""
+    got = [json.loads((torch_run / f"absent-rank{r}.json").read_text()) for r in range(NPROC)]
+    assert got[0] is None
+    assert isinstance(got[1], str) and "within 1 s" in got[1] and "shared-memory" in got[1], got[1]
+    assert got[2] == [] and got[3] == [[2.0, 2.0, 2.0]]

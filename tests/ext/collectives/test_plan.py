@@ -179,3 +179,23 @@ def test_demo_step_is_ok():
 
     res = demo(CollectivesTour(), None, None, 0)
     assert res["ok"] and res["inter_node_bytes_max"]["law-h"] <= res["inter_node_bytes_max"]["direct"]
+
+
+def test_cost_model_charges_node_mates_their_own_latency():
+    """With alpha_intra set, LAW-H's fan-out costs 3 intra-node latencies in the gather and one alpha per
+    injection (hand count); without it, every message costs alpha as before."""
+    fan = build_plan(np.array([0, 0, 0, 0]), np.array([4, 5, 6, 7]), np.full(4, MB), node_of_ranks(8, 4), "law-h")
+    shm = CostModel(alpha=1e-3, alpha_intra=1e-5, beta_intra=1e9, beta_rank=1e8, beta_node=1e12)
+    assert plan_cost(fan, shm) == pytest.approx(3e-5 + 3 * MB / 1e9 + 1e-3 + MB / 1e8)
+    same = CostModel(alpha=1e-3, beta_intra=1e9, beta_rank=1e8, beta_node=1e12)
+    assert plan_cost(fan, same) == pytest.approx(3e-3 + 3 * MB / 1e9 + 1e-3 + MB / 1e8)
+
+
+def test_fit_recovers_both_latencies_from_several_graphs():
+    """Non-negative least squares on exact samples of three message mixes returns alpha, alpha_intra and beta_intra."""
+    samples = [{"msgs": g, "msgs_intra": i, "bytes": g * b, "bytes_intra": i * b,
+                "seconds": 2e-3 * g + 1e-4 * i + g * b / 4e8 + i * b / 3e9}
+               for g, i in ((2, 5), (6, 3), (9, 9)) for b in (4096, MB, 4 * MB)]
+    m = fit_cost_model(samples)
+    assert m.alpha == pytest.approx(2e-3, rel=1e-6) and m.alpha_intra == pytest.approx(1e-4, rel=1e-6)
+    assert m.beta_intra == pytest.approx(3e9, rel=1e-6)
