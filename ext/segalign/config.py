@@ -78,8 +78,9 @@ class AlignConfig:
     interval: int = option(1 << 20, help="query positions per work interval (the unit of work and of --progress)",
                            gt=0)
     device: str = option("cpu", help="where seeding and the filter run: cpu, cuda[:N] or auto (CUDA when present)")
-    fused: bool = option(False, help="numba backend only: seeding and filter in one compiled pass (least memory; "
-                                     "faster or slower depending on the CPU's memory latency)")
+    fused: bool = option(True, help="numba backend: seeding and filter in one compiled pass, no tensors of hits "
+                                    "(fastest, least memory); --nofused builds the hits as tensors first",
+                         neg_flag="--nofused")
     backend: str = option("auto", help="ungapped-filter kernel: auto (Triton on CUDA, numba on the CPU where "
                                        "installed, else torch), torch, triton or numba",
                           choices=("auto", *BACKENDS))

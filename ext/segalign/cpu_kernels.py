@@ -57,10 +57,11 @@ if _HAVE_NUMBA:
         while True:
             run += table[t[ti] * 11 + q[qi]]
             k += 1
-            if run > best:
-                best = run
-                length = k
-            elif run < best - xdrop:
+            # branch-free (selects): a new best is as likely as not inside a seed word
+            up = run > best
+            best = run if up else best
+            length = k if up else length
+            if run < best - xdrop:
                 return best, length, k
             ti += step
             qi += step
@@ -189,14 +190,123 @@ if _HAVE_NUMBA:
                         max_hits, 1, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
 
     @njit(nogil=True, cache=True)
+    def _seed_keys_kernel(codes, care, start, last, length, out):
+        """Keys of the windows ``start .. last-1`` into ``out[:last-start]`` (-1 where a base code is
+        >= 4: soft-masked, N or a separator), one pass: the last such base seen decides validity."""
+        lastbad = -1
+        for j in range(start, start + length - 1):
+            if codes[j] >= 4:
+                lastbad = j
+        for i in range(start, last):
+            j = i + length - 1
+            if codes[j] >= 4:
+                lastbad = j
+            if lastbad >= i:
+                out[i - start] = -1
+                continue
+            key = 0
+            for k in range(care.shape[0]):
+                key |= (codes[i + care[k]] & 3) << (2 * k)
+            out[i - start] = key
+
+    @njit(nogil=True, cache=True)
+    def _count_index(keys, step, length, offsets, present, skeys, ends):
+        """Counting sort of the valid keys of every ``step``-th window: ``offsets`` (zeroed, one longer
+        than the table) becomes each key's first slot, ``skeys``/``ends`` the sorted keys and word ends
+        (stable: equal keys in position order)."""
+        space = present.shape[0]
+        for i in range(0, keys.shape[0], step):
+            k = keys[i]
+            if k >= 0:
+                offsets[k + 2] += 1
+        for k in range(space):
+            present[k] = offsets[k + 2] > 0
+            offsets[k + 2] += offsets[k + 1]
+        # offsets[k + 1] is now k's first slot; filling advances it to k's end, i.e. k + 1's first
+        for i in range(0, keys.shape[0], step):
+            k = keys[i]
+            if k >= 0:
+                s = offsets[k + 1]
+                skeys[s] = k
+                ends[s] = i + length
+                offsets[k + 1] = s + 1
+
+    PENDING_HITS = 2048
+    """Hits the fused scan collects before extending them (see :func:`_drain`)."""
+
+    @njit(nogil=True, cache=True)
+    def _drain(h, ht, hq, t, q, table, xdrop, thresh, dense, d_min, hkey, hval, bits, used, cap, out, p,
+               stored, count, sink):
+        """Extend the pending hits ``ht[:h], hq[:h]`` in order (LASTZ's diagonal rule, as below).
+
+        First a pass of independent loads brings each hit's diagonal slot and target bytes into
+        cache; the CPU overlaps those misses.  Inside the dependent pass (extension, then the
+        diagonal's update) the same misses would come one at a time: this halves the filter's time.
+        """
+        hashed = dense.shape[0] == 0
+        mask = (1 << bits) - 1
+        last = t.shape[0] - 1
+        warm = 0
+        for i in range(h):
+            te = ht[i]
+            d = te - hq[i]
+            if hashed:
+                warm += hkey[((d * _GOLDEN) >> (64 - bits)) & mask]
+            else:
+                warm += dense[d - d_min]
+            warm += t[max(te - 48, 0)] + t[te - 1] + t[min(te + 24, last)]
+        sink[0] += warm
+        for i in range(h):
+            te = ht[i]
+            qe = hq[i]
+            d = te - qe
+            if hashed:
+                s = _probe(hkey, d, bits)
+                if hkey[s] == d and qe <= hval[s]:
+                    continue
+            elif qe <= dense[d - d_min]:
+                continue  # the word ends inside a stretch an earlier extension scanned
+            lb, ll, _ = _extend(t, q, te - 1, qe - 1, -1, table, xdrop)
+            rb, rl, rs = _extend(t, q, te, qe, 1, table, xdrop)
+            count += 1
+            if hashed:
+                if hkey[s] != d:
+                    used += 1
+                    if 2 * used > (1 << bits):  # grow: re-insert the live diagonals
+                        old_k, old_v = hkey, hval
+                        bits += 1
+                        hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
+                        hval = np.zeros(1 << bits, dtype=np.int64)
+                        for s_ in range(old_k.shape[0]):
+                            if old_k[s_] != _EMPTY:
+                                k2 = _probe(hkey, old_k[s_], bits)
+                                hkey[k2] = old_k[s_]
+                                hval[k2] = old_v[s_]
+                        s = _probe(hkey, d, bits)
+                hkey[s] = d
+                hval[s] = qe + rs
+            else:
+                dense[d - d_min] = qe + rs
+            # LASTZ's entropy factor only lowers a score, so below thresh is final
+            if lb + rb >= thresh:
+                if stored < cap:
+                    out[p, stored, 0] = te - ll
+                    out[p, stored, 1] = qe - ll
+                    out[p, stored, 2] = ll + rl
+                    out[p, stored, 3] = lb + rb
+                stored += 1
+        return hkey, hval, bits, used, stored, count
+
+    @njit(nogil=True, cache=True)
     def _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                         max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
         if True:
             # LASTZ's loop: query windows in order, each window's key and its transition variants
             # looked up in the target's counting-sort table, every target occurrence a hit.
-            # This thread extends the hits on its diagonals (d % parts == p); their scanned
-            # stretches live in a flat table over the diagonal range (dense_n > 0) or a hash
-            # table that grows with the hits.  Tables are cleared where seed_lookups cuts a batch.
+            # This thread extends the hits on its diagonals (d % parts == p), in order, a
+            # pending buffer at a time (_drain); their scanned stretches live in a flat table
+            # over the diagonal range (dense_n > 0) or a hash table that grows with the hits.
+            # Tables are cleared where seed_lookups cuts a batch.
             dense = np.full(dense_n, -1, dtype=np.int64)
             bits = 12
             hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
@@ -206,9 +316,13 @@ if _HAVE_NUMBA:
             next_mark = max_hits
             count = 0
             stored = 0
+            sink = np.zeros(1, dtype=np.int64)
+            ht = np.empty(PENDING_HITS, dtype=np.int64)
+            hq = np.empty(PENDING_HITS, dtype=np.int64)
+            h = 0
             # windows go in chunks: first every candidate key of the chunk is tested against the
             # presence table, then the offsets of the present ones are read, then their hits are
-            # extended; the first two are tight loops of independent loads the CPU overlaps.
+            # queued; the first two are tight loops of independent loads the CPU overlaps.
             chunk = 512
             buf_k = np.empty(chunk * n_var, dtype=np.int64)
             buf_q = np.empty(chunk * n_var, dtype=np.int64)
@@ -235,6 +349,10 @@ if _HAVE_NUMBA:
                     c = buf_c[x]
                     if run + c > next_mark:  # a batch boundary of seed_lookups: forget the diagonals
                         if run > 0:
+                            hkey, hval, bits, used, stored, count = _drain(
+                                h, ht, hq, t, q, table, xdrop, thresh, dense, d_min, hkey, hval, bits, used, cap,
+                                out, p, stored, count, sink)
+                            h = 0
                             if dense_n > 0:
                                 dense.fill(-1)
                             else:
@@ -247,45 +365,19 @@ if _HAVE_NUMBA:
                     run += c
                     for j in range(a, a + c):
                         te = ends[j]
-                        d = te - qe
-                        if parts > 1 and d % parts != p:
+                        if parts > 1 and (te - qe) % parts != p:
                             continue
-                        if dense_n > 0:
-                            if qe <= dense[d - d_min]:
-                                continue  # the word ends inside a stretch an earlier extension scanned
-                        else:
-                            i = _probe(hkey, d, bits)
-                            if hkey[i] == d and qe <= hval[i]:
-                                continue
-                        lb, ll, _ = _extend(t, q, te - 1, qe - 1, -1, table, xdrop)
-                        rb, rl, rs = _extend(t, q, te, qe, 1, table, xdrop)
-                        count += 1
-                        if dense_n > 0:
-                            dense[d - d_min] = qe + rs
-                        else:
-                            if hkey[i] != d:
-                                used += 1
-                                if 2 * used > (1 << bits):  # grow: re-insert the live diagonals
-                                    old_k, old_v = hkey, hval
-                                    bits += 1
-                                    hkey = np.full(1 << bits, _EMPTY, dtype=np.int64)
-                                    hval = np.zeros(1 << bits, dtype=np.int64)
-                                    for s_ in range(old_k.shape[0]):
-                                        if old_k[s_] != _EMPTY:
-                                            k2 = _probe(hkey, old_k[s_], bits)
-                                            hkey[k2] = old_k[s_]
-                                            hval[k2] = old_v[s_]
-                                    i = _probe(hkey, d, bits)
-                            hkey[i] = d
-                            hval[i] = qe + rs
-                        # LASTZ's entropy factor only lowers a score, so below thresh is final
-                        if lb + rb >= thresh:
-                            if stored < cap:
-                                out[p, stored, 0] = te - ll
-                                out[p, stored, 1] = qe - ll
-                                out[p, stored, 2] = ll + rl
-                                out[p, stored, 3] = lb + rb
-                            stored += 1
+                        ht[h] = te
+                        hq[h] = qe
+                        h += 1
+                        if h == PENDING_HITS:
+                            hkey, hval, bits, used, stored, count = _drain(
+                                h, ht, hq, t, q, table, xdrop, thresh, dense, d_min, hkey, hval, bits, used, cap,
+                                out, p, stored, count, sink)
+                            h = 0
+            hkey, hval, bits, used, stored, count = _drain(
+                h, ht, hq, t, q, table, xdrop, thresh, dense, d_min, hkey, hval, bits, used, cap, out, p,
+                stored, count, sink)
             n_out[p] = stored
             n_ext[p] = count
             n_hits[p] = run
@@ -296,8 +388,13 @@ def _np(x: torch.Tensor, dtype) -> np.ndarray:
 
 
 def _threads() -> int:
-    n = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+    """numba's thread count for the next parallel kernel: torch's, which stays as it was (starting
+    numba's OpenMP layer resets the libgomp count torch reads, to every core)."""
+    want = torch.get_num_threads()
+    n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
     numba.set_num_threads(n)
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
     return n
 
 
@@ -430,6 +527,24 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     raw = np.concatenate([out[p, :n_out[p]] for p in range(parts)])
     cols = (torch.from_numpy(np.ascontiguousarray(raw[:, k])) for k in range(4))
     return (*cols, {"hits": int(n_hits[0]), "extended": int(n_ext.sum())})
+
+
+def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, out: torch.Tensor) -> None:
+    """:func:`.seeds.seed_keys` of the windows ``start .. last-1`` (all fit) into ``out`` (CPU tensors)."""
+    care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
+    _seed_keys_kernel(_np(codes, torch.uint8), care, int(start), int(last), len(pattern), out.numpy())
+
+
+def count_index_numba(keys: torch.Tensor, step: int, length: int, weight: int, n_valid: int):
+    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes:
+    ``(sorted keys, ends, offsets, present)`` as tensors."""
+    space = 4 ** weight
+    offsets = np.zeros(space + 2, np.int64)  # calloc'd: untouched pages cost nothing
+    present = np.empty(space, np.bool_)
+    skeys, ends = np.empty(n_valid, np.int64), np.empty(n_valid, np.int64)
+    _count_index(_np(keys, torch.int64), int(step), int(length), offsets, present, skeys, ends)
+    return (torch.from_numpy(skeys), torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]),
+            torch.from_numpy(present))
 
 
 def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offsets: torch.Tensor, start: int,

@@ -303,18 +303,25 @@ ANCHOR_WINDOW = 31
 
 
 def hsp_anchors(h: HSPs, t_codes: np.ndarray | None = None, q_codes: np.ndarray | None = None,
-                table: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                table: np.ndarray | None = None, compiled: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The anchor cell ``(t, q)`` of each HSP (concatenated coordinates), as LASTZ picks it.
 
     With the codes and the score table: the middle of the HSP's first best-scoring window of
     :data:`ANCHOR_WINDOW` bases (an HSP no longer than that: its middle cell); without them, the
-    middle cell of every HSP.
+    middle cell of every HSP.  ``compiled``: one rolling sum per HSP in numba where installed
+    (else, and with ``compiled=False``, the NumPy version below, its reference).
     """
+    from .cpu_kernels import numba_available
+
     ts, qs = h.t_start.cpu().numpy(), h.q_start.cpu().numpy()
     ln = h.length.cpu().numpy()
     peak = ln // 2
     long = np.flatnonzero(ln > ANCHOR_WINDOW)
-    if table is not None and long.size:
+    if table is not None and long.size and compiled and numba_available():
+        from .gapped_kernels import anchor_peaks_numba
+
+        anchor_peaks_numba(ts, qs, ln, t_codes, q_codes, table, ANCHOR_WINDOW, peak)
+    elif table is not None and long.size:
         w = ANCHOR_WINDOW
         n = ln[long]
         seg = np.repeat(np.arange(long.size), n)

@@ -12,8 +12,9 @@ traceback.  How it is fast:
   offsets and the cell loop has no branch (LLVM turns it into SIMD code);
 * the codes the extension consumes are copied, in its direction, into buffers indexed by ``I``
   and (reversed) ``J`` as the sweep reaches them, so an anti-diagonal reads both forwards; the
-  score is picked from the 16 nucleotide scores by arithmetic (a table lookup would keep LLVM
-  from vectorising), lowercase scoring as uppercase and N / IUPAC codes alike, as
+  score is picked from the 16 nucleotide scores by a tree of 15 selects on the two codes' bits
+  (a table lookup would keep LLVM from vectorising; a chain of 15 compares costs a fifth more of
+  the stage), lowercase scoring as uppercase and N / IUPAC codes alike, as
   :meth:`.scoring.Scoring.table` makes them;
 * walls of alignments found before are looked up only on anti-diagonals whose query bases carry
   one (a running count of such bases along the extension tells in O(1));
@@ -54,7 +55,7 @@ if numba_available():
         """One anti-diagonal's ``n`` cells ``I = a ..`` (buffer index ``k0 + p``, query codes ``Qr[j0 + p]``,
         traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
         Y-drop ``cut`` applied.  Branch-free with unsigned indices, so LLVM vectorises it; the score is
-        picked from the 16 nucleotide scores by arithmetic (a table lookup would stop the vectorisation),
+        picked from the 16 nucleotide scores by selects (a table lookup would stop the vectorisation),
         ``amb`` where either base is ambiguous; a separator makes the cell a wall.  The loop runs over
         ``n`` rounded up to :data:`_PAD` cells, the ones past ``n`` dead, so that no cell runs in LLVM's
         scalar remainder loop (the arrays have that much room past the anti-diagonal's end)."""
@@ -81,12 +82,25 @@ if numba_available():
             Fv = max(f_open, f_ext)
             tc = Tb[ua + p]
             qc = Qr[uj + p]
-            key = ((tc & 3) << 2) | (qc & 3)
-            sc = s0 + (key == 1) * (s1 - s0) + (key == 2) * (s2 - s0) + (key == 3) * (s3 - s0) \
-                + (key == 4) * (s4 - s0) + (key == 5) * (s5 - s0) + (key == 6) * (s6 - s0) + (key == 7) * (s7 - s0) \
-                + (key == 8) * (s8 - s0) + (key == 9) * (s9 - s0) + (key == 10) * (s10 - s0) \
-                + (key == 11) * (s11 - s0) + (key == 12) * (s12 - s0) + (key == 13) * (s13 - s0) \
-                + (key == 14) * (s14 - s0) + (key == 15) * (s15 - s0)
+            # the score of key = 4 * (tc & 3) + (qc & 3): a tree of selects on its four bits
+            q0 = (qc & 1) != 0
+            v01 = s1 if q0 else s0
+            v23 = s3 if q0 else s2
+            v45 = s5 if q0 else s4
+            v67 = s7 if q0 else s6
+            v89 = s9 if q0 else s8
+            vab = s11 if q0 else s10
+            vcd = s13 if q0 else s12
+            vef = s15 if q0 else s14
+            q1 = (qc & 2) != 0
+            v03 = v23 if q1 else v01
+            v47 = v67 if q1 else v45
+            v8b = vab if q1 else v89
+            vcf = vef if q1 else vcd
+            t0_ = (tc & 1) != 0
+            v07 = v47 if t0_ else v03
+            v8f = vcf if t0_ else v8b
+            sc = v8f if (tc & 2) != 0 else v07
             sc = amb if ((tc | qc) & 4) != 0 else sc
             Hd = H2[ul + p] + sc
             EF = max(Ev, Fv)
@@ -137,6 +151,27 @@ if numba_available():
             if wl <= ut and ut <= hi[row, kk]:
                 return True
         return False
+
+    @njit(nogil=True, cache=True)
+    def _anchor_peaks(ts, qs, ln, t, q, table, w, peak):
+        """``peak[i]`` of each HSP longer than ``w``: the middle of its first best-scoring ``w``-base
+        window (:func:`.gapped.hsp_anchors`' rule, one rolling sum per HSP)."""
+        for i in range(ts.shape[0]):
+            n = ln[i]
+            if n <= w:
+                continue
+            a, b = ts[i], qs[i]
+            s = 0
+            for k in range(w):
+                s += table[t[a + k] * 11 + q[b + k]]
+            best = s
+            at = 0
+            for k in range(1, n - w + 1):
+                s += table[t[a + k + w - 1] * 11 + q[b + k + w - 1]] - table[t[a + k - 1] * 11 + q[b + k - 1]]
+                if s > best:
+                    best = s
+                    at = k
+            peak[i] = at + w // 2
 
     @njit(nogil=True, cache=True)
     def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, wcnt, wrow, olo, ohi, use_cover, tb):
@@ -430,4 +465,13 @@ def ydrop_extend_numba(
     return best, [r[1] for r in res], [r[2] for r in res]
 
 
-__all__ = ["compact_table", "ydrop_extend_numba"]
+def anchor_peaks_numba(ts: np.ndarray, qs: np.ndarray, ln: np.ndarray, t_codes: np.ndarray, q_codes: np.ndarray,
+                       table: np.ndarray, window: int, peak: np.ndarray) -> None:
+    """:func:`.gapped.hsp_anchors`' best-window search compiled: sets ``peak`` of the HSPs longer than ``window``."""
+    _anchor_peaks(np.ascontiguousarray(ts, np.int64), np.ascontiguousarray(qs, np.int64),
+                  np.ascontiguousarray(ln, np.int64), np.ascontiguousarray(t_codes, np.uint8),
+                  np.ascontiguousarray(q_codes, np.uint8), np.ascontiguousarray(table, np.int64).reshape(-1),
+                  int(window), peak)
+
+
+__all__ = ["anchor_peaks_numba", "compact_table", "ydrop_extend_numba"]

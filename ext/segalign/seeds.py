@@ -82,6 +82,17 @@ def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None
     last = min(end, n - L + 1)  # windows that fit
     if last <= start:
         return out
+    if codes.device.type == "cpu" and _numba_available():
+        from .cpu_kernels import seed_keys_numba
+
+        seed_keys_numba(codes, pattern, start, last, out)  # one compiled pass, same keys
+        return out
+    return _seed_keys_torch(codes, pattern, start, last, out)
+
+
+def _seed_keys_torch(codes: torch.Tensor, pattern: str, start: int, last: int, out: torch.Tensor) -> torch.Tensor:
+    """:func:`seed_keys` as tensor ops (the reference of the compiled pass): fills ``out``."""
+    L = len(pattern)
     c = codes[start:last + L - 1].to(torch.int64)
     w = last - start
     bad = (c >= 4).to(torch.int32)
@@ -136,7 +147,21 @@ def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
     if step < 1:
         raise InputError(f"--step must be >= 1, got {step}")
     keys = seed_keys(codes, pattern)
-    pos = torch.arange(keys.numel(), device=codes.device)
+    weight = pattern.count("1")
+    if codes.device.type == "cpu" and weight <= DIRECT_TABLE_MAX_WEIGHT and _numba_available():
+        n_valid = int((keys[::step] >= 0).sum())
+        if 4 ** weight <= 64 * max(n_valid, 1):
+            from .cpu_kernels import count_index_numba
+
+            # the same table as below, by a compiled counting sort (no argsort, no bincount)
+            skeys, ends, offsets, present = count_index_numba(keys, step, len(pattern), weight, n_valid)
+            return SeedIndex(skeys, ends, pattern, offsets, present)
+    return _build_index_torch(keys, pattern, step)
+
+
+def _build_index_torch(keys: torch.Tensor, pattern: str, step: int) -> SeedIndex:
+    """The index as tensor ops (argsort, bincount): the reference of the compiled counting sort."""
+    pos = torch.arange(keys.numel(), device=keys.device)
     keep = keys >= 0
     if step > 1:
         keep &= (pos % step) == 0
@@ -146,7 +171,7 @@ def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
     weight = pattern.count("1")
     if weight <= DIRECT_TABLE_MAX_WEIGHT and 4 ** weight <= 64 * max(keys.numel(), 1):
         counts = torch.bincount(keys, minlength=4 ** weight)
-        offsets = torch.zeros(4 ** weight + 1, dtype=torch.int64, device=codes.device)
+        offsets = torch.zeros(4 ** weight + 1, dtype=torch.int64, device=keys.device)
         torch.cumsum(counts, 0, out=offsets[1:])
         return SeedIndex(keys, pos[order] + len(pattern), pattern, offsets, counts > 0)
     return SeedIndex(keys, pos[order] + len(pattern), pattern, offsets)

@@ -88,7 +88,7 @@ def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, in
     try:
         a, sa = find_hsps(t, q, AlignConfig(backend="torch", **cfg))
         b, sb = find_hsps(t, q, AlignConfig(backend="numba", fused=True, **cfg))
-        c, sc = find_hsps(t, q, AlignConfig(backend="numba", **cfg))
+        c, sc = find_hsps(t, q, AlignConfig(backend="numba", fused=False, **cfg))
     finally:
         torch.set_num_threads(old)
     assert sb["backend"] == "numba" and sa["hits"] == sb["hits"] == sc["hits"] > 1000
@@ -131,3 +131,50 @@ def test_torch_thread_count_survives_the_kernels():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("pattern,step", [("1110100110011", 1), ("1101", 1), ("111", 3), ("11011", 2)])
+def test_compiled_seed_keys_and_index_equal_tensor_ops(pattern, step):
+    """The compiled seed keys (masked bases, N and record walls break windows) and counting-sort index
+    (sorted keys, word ends, offsets, presence; every step-th window) equal the tensor-op reference."""
+    from torchhpc.ext.segalign.seeds import _build_index_torch, _seed_keys_torch, build_index, seed_keys
+
+    t, q, _ = _pair(4000, 7)
+    for codes, (s, e) in ((t, (0, None)), (q, (123, 3456)), (q, (3990, 4000))):
+        got = seed_keys(codes, pattern, s, e)
+        e_ = codes.numel() if e is None else e
+        ref = torch.full((e_ - s,), -1, dtype=torch.int64)
+        last = min(e_, codes.numel() - len(pattern) + 1)
+        if last > s:
+            _seed_keys_torch(codes, pattern, s, last, ref)
+        assert torch.equal(got, ref) and int((ref >= 0).sum()) >= (0 if s == 3990 else 1000)
+    got, ref = build_index(t, pattern, step), _build_index_torch(seed_keys(t, pattern), pattern, step)
+    assert got.offsets is not None and ref.offsets is not None
+    for f in ("keys", "ends", "offsets", "present"):
+        assert torch.equal(getattr(got, f), getattr(ref, f)), f
+
+
+def test_one_thread_stays_one_thread_in_a_fresh_process():
+    """In a fresh process set to one torch thread, the filter's first kernel (which starts numba's
+    OpenMP layer) leaves torch at one thread, so later intervals do not run on every core."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import torch, numba
+        from torchhpc.ext.segalign.align import AlignConfig, find_hsps
+        from torchhpc.ext.segalign.simulate import simulate_pair
+        from torchhpc.ext.segalign.fasta import from_strings
+        torch.set_num_threads(1)
+        sim = simulate_pair(20_000, seed=2)
+        t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+        seen = []
+        for fused in (True, False, True):
+            find_hsps(t, q, AlignConfig(gapped=False, fused=fused, interval=5000))
+            seen.append((torch.get_num_threads(), numba.get_num_threads()))
+        print(seen)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[(1, 1), (1, 1), (1, 1)]"

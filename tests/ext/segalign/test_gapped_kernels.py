@@ -145,3 +145,36 @@ def test_walls_stacked_past_the_primary_slots_block_both_kernels():
     np.testing.assert_array_equal(got[2][0], ref[2][0])
     cells = set(zip(np.maximum.accumulate(ref[1][0]).tolist(), np.maximum.accumulate(ref[2][0]).tolist(), strict=True))
     assert not cells & {(k, k) for k in range(100, 130)}
+
+
+def test_compiled_anchors_equal_numpy_reference():
+    """Each HSP's anchor (the middle of its first best 31-base window; ties in score included) is the
+    same from the compiled rolling sum as from the NumPy reference, on the HSPs of a simulated pair."""
+    import torch
+
+    from torchhpc.ext.segalign.align import find_hsps
+    from torchhpc.ext.segalign.gapped import hsp_anchors
+
+    sim = simulate_pair(60_000, seed=4)
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+    hsps, _ = find_hsps(t, q, AlignConfig(gapped=False, strand="plus", hspthresh=1500))
+    h = hsps["+"]
+    tc, qc = t.codes.numpy().copy(), q.codes.numpy()
+    table = AlignConfig().scoring_scheme().table(910).numpy()
+    assert len(h) > 20 and int((h.length > 31).sum()) > 10
+    a = hsp_anchors(h, tc, qc, table, compiled=True)
+    b = hsp_anchors(h, tc, qc, table, compiled=False)
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    mid = (h.t_start + h.length // 2).numpy()
+    assert not np.array_equal(a[0], mid)  # the best window is not just the middle
+    # ties: an HSP over a periodic stretch has many equal windows; the first one wins in both
+    from torchhpc.ext.segalign.ops import HSPs
+
+    unit = np.array([0, 1, 2, 3, 3, 2, 1, 0], np.uint8)
+    tc[1000:1200] = np.tile(unit, 25)
+    qc2 = qc.copy()
+    qc2[2000:2200] = tc[1000:1200]
+    tie = HSPs(torch.tensor([1000]), torch.tensor([2000]), torch.tensor([200]), torch.tensor([9000]), "+")
+    a = hsp_anchors(tie, tc, qc2, table, compiled=True)
+    b = hsp_anchors(tie, tc, qc2, table, compiled=False)
+    assert a[0][0] == b[0][0] == 1000 + 15
