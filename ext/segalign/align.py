@@ -76,7 +76,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     t_codes = target.codes.to(dev)
     t0 = time.perf_counter()
     index = build_index(t_codes, pattern, cfg.step)
-    stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.keys.numel()),
+    stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.ends.numel()),
              "hits": 0, "extended": 0, "rounds": 0}
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
     backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")

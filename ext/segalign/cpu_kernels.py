@@ -210,10 +210,10 @@ if _HAVE_NUMBA:
             out[i - start] = key
 
     @njit(nogil=True, cache=True)
-    def _count_index(keys, step, length, offsets, present, skeys, ends):
+    def _count_index(keys, step, length, offsets, present, ends):
         """Counting sort of the valid keys of every ``step``-th window: ``offsets`` (zeroed, one longer
-        than the table) becomes each key's first slot, ``skeys``/``ends`` the sorted keys and word ends
-        (stable: equal keys in position order)."""
+        than the table) becomes each key's first slot, ``ends`` the word ends in key order (stable:
+        equal keys in position order)."""
         space = present.shape[0]
         for i in range(0, keys.shape[0], step):
             k = keys[i]
@@ -227,7 +227,6 @@ if _HAVE_NUMBA:
             k = keys[i]
             if k >= 0:
                 s = offsets[k + 1]
-                skeys[s] = k
                 ends[s] = i + length
                 offsets[k + 1] = s + 1
 
@@ -512,7 +511,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     parts = 1 if threads == 1 else _threads()
     kernel = _seed_scan_serial if parts == 1 else _seed_scan
     args = (_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), qkeys, int(start), L, n_var,
-            _np(index.present, torch.bool), _np(index.offsets, torch.int64), _np(index.ends, torch.int64),
+            _np(index.present, torch.bool), index.offsets.contiguous().numpy(), index.ends.contiguous().numpy(),
             _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
             int(d_min))
     cap = FUSED_HSP_CAPACITY  # a call that finds more runs again with room for all
@@ -536,15 +535,16 @@ def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, ou
 
 
 def count_index_numba(keys: torch.Tensor, step: int, length: int, weight: int, n_valid: int):
-    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes:
-    ``(sorted keys, ends, offsets, present)`` as tensors."""
+    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes: ``(ends, offsets,
+    present)`` as tensors, ``int32`` where every position fits (half the bytes of int64: 64 MiB of
+    offsets for 12of19, 4 bytes a target base; the sorted keys are not kept: the offsets say it all)."""
     space = 4 ** weight
-    offsets = np.zeros(space + 2, np.int64)  # calloc'd: untouched pages cost nothing
+    small = keys.numel() + length < 2 ** 31  # every position and count fits in 32 bits
+    offsets = np.zeros(space + 2, np.int32 if small else np.int64)
     present = np.empty(space, np.bool_)
-    skeys, ends = np.empty(n_valid, np.int64), np.empty(n_valid, np.int64)
-    _count_index(_np(keys, torch.int64), int(step), int(length), offsets, present, skeys, ends)
-    return (torch.from_numpy(skeys), torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]),
-            torch.from_numpy(present))
+    ends = np.empty(n_valid, np.int32 if small else np.int64)
+    _count_index(_np(keys, torch.int64), int(step), int(length), offsets, present, ends)
+    return torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]), torch.from_numpy(present)
 
 
 def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offsets: torch.Tensor, start: int,
@@ -552,7 +552,7 @@ def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offset
     """The index look-ups of :func:`.seeds.seed_lookups` (with its counting-sort table) in one compiled pass:
     ``(lo, count, q_end)`` of every successful look-up, in the same order, without its ``(W, V)`` tensors."""
     k = _np(qkeys, torch.int64)
-    pres, offs = _np(present, torch.bool), _np(offsets, torch.int64)
+    pres, offs = _np(present, torch.bool), offsets.contiguous().numpy()
     cap = max(4 * k.size, 1024)  # grown (and the pass resumed) in the rare case of more look-ups
     lo, cnt, qend = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     w, n = 0, 0

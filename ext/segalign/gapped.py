@@ -65,7 +65,7 @@ class Walls:
     none), so memory grows with the stacked bases only.  ``count[q]``: the intervals of base ``q``.
     """
 
-    PRIMARY = 2
+    PRIMARY = 1
 
     def __init__(self, n_q: int):
         self.lo = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)

@@ -113,18 +113,20 @@ class SeedIndex:
     """The target's seed table: keys sorted, with the end position of each word.
 
     Attributes:
-        keys: ``(M,)`` int64 sorted seed keys.
-        ends: ``(M,)`` int64 exclusive end (``start + L``) of each word in the target codes.
+        keys: ``(M,)`` int64 sorted seed keys (``None`` where the compiled counting sort built
+            ``offsets``, which say the same).
+        ends: ``(M,)`` exclusive end (``start + L``) of each word in the target codes, in key order
+            (int64; int32 from the compiled counting sort).
         pattern: the seed pattern.
     """
 
-    keys: torch.Tensor
+    keys: torch.Tensor | None
     ends: torch.Tensor
     pattern: str
     offsets: torch.Tensor | None = None
-    """``(4**weight + 1,)`` int64 start of each key's run in ``keys`` (a counting-sort table, as
-    SegAlign's index table; built for weights up to 12 when the target fills it well enough, else
-    look-ups use ``searchsorted``)"""
+    """``(4**weight + 1,)`` start of each key's run in ``ends`` (int64; int32 from the compiled counting
+    sort): a counting-sort table, as SegAlign's index table; built for weights up to 12 when the
+    target fills it well enough, else look-ups use ``searchsorted`` on ``keys``"""
     present: torch.Tensor | None = None
     """``(4**weight,)`` bool: the key occurs (with ``offsets``); an eighth of the table's bytes, so the
     many look-ups of absent keys stay in cache"""
@@ -154,8 +156,8 @@ def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
             from .cpu_kernels import count_index_numba
 
             # the same table as below, by a compiled counting sort (no argsort, no bincount)
-            skeys, ends, offsets, present = count_index_numba(keys, step, len(pattern), weight, n_valid)
-            return SeedIndex(skeys, ends, pattern, offsets, present)
+            ends, offsets, present = count_index_numba(keys, step, len(pattern), weight, n_valid)
+            return SeedIndex(None, ends, pattern, offsets, present)
     return _build_index_torch(keys, pattern, step)
 
 
@@ -245,8 +247,8 @@ def _lookups_torch(index: SeedIndex, qkeys: torch.Tensor, start: int, transition
         hit = index.present.index_select(0, safe) & (flat >= 0)
         nz = torch.nonzero(hit).squeeze(1)
         key = safe.index_select(0, nz)
-        lo = index.offsets.index_select(0, key)
-        counts = index.offsets.index_select(0, key + 1) - lo
+        lo = index.offsets.index_select(0, key).to(torch.int64)
+        counts = index.offsets.index_select(0, key + 1).to(torch.int64) - lo
     else:
         lo = torch.searchsorted(index.keys, flat, right=False)
         hi = torch.searchsorted(index.keys, flat, right=True)
@@ -263,7 +265,7 @@ def expand_lookups(index: SeedIndex, lo: torch.Tensor, counts: torch.Tensor,
     rep = torch.repeat_interleave(torch.arange(counts.numel(), device=counts.device), counts)
     # position of each hit in the index: its look-up's first slot plus its rank within the look-up
     slot = torch.arange(rep.numel(), device=counts.device) + (lo - (torch.cumsum(counts, 0) - counts)).index_select(0, rep)
-    return index.ends.index_select(0, slot), qend.index_select(0, rep)
+    return index.ends.index_select(0, slot).to(torch.int64), qend.index_select(0, rep)
 
 
 def seed_hits(

@@ -47,11 +47,15 @@ def test_hits_equal_brute_force(pattern, transition):
 def test_direct_table_and_searchsorted_agree():
     """The counting-sort table and the searchsorted look-up give the same hits."""
     t, q = _related_pair(301, seed=3)
-    index = build_index(t.codes, parse_seed("1111"))
+    from torchhpc.ext.segalign.seeds import _build_index_torch, seed_keys
+
+    pat = parse_seed("1111")
+    index = build_index(t.codes, pat)
     assert index.offsets is not None
     direct = _all_hits(index, q, True)
-    index.offsets = None
-    assert _all_hits(index, q, True) == direct
+    sorted_index = _build_index_torch(seed_keys(t.codes, pat), pat, 1)
+    sorted_index.offsets = None  # look-ups by searchsorted on the sorted keys
+    assert _all_hits(sorted_index, q, True) == direct
 
 
 def test_max_hits_batches_cover_the_same_hits():
