@@ -1,13 +1,15 @@
 """Benchmark: ``torchhpc align`` (segalign) against LASTZ on the same inputs, in one run, recall beside time.
 
 Pairs (all six by default): the four mitochondrial pairs of ``../shared/data/genomes`` (read there
-at run time), a simulated pair of ``--sim-length`` bases each (made here by
+at run time), a simulated pair of ``--sim-length`` bases each (one pair per length; made here by
 :func:`torchhpc.ext.segalign.simulate.simulate_pair`, with inversions and duplications, written to a
 temporary folder) and the two H. pylori strains.  Same parameters on both sides (12of19, one
 transition, xdrop 910, hspthresh 3000, ydrop 9430, gappedthresh 3000, both strands, no chaining):
 
   * whole alignment: ``lastz --format=maf-`` vs ours with the defaults (:func:`align_files` from the
-    FASTA files, as the command runs) on each of ``--threads``; MAF recall = share of the matching
+    FASTA files, as the command runs, in this warm process) on each of ``--threads``, and the command
+    ``torchhpc align`` itself in a fresh process on the first of them (``ours_cli_<n>t``: interpreter,
+    torch and kernel loading included, as a user's shell sees it); MAF recall = share of the matching
     base pairs of LASTZ's MAF found in ours, precision = share of the base pairs our MAF aligns that
     LASTZ's MAF aligns too; on the simulated pair also the recall of the simulator's true pairs;
   * ``--stages nogapped``: ``lastz --nogapped`` vs ours ``--nogapped`` (HSP recall);
@@ -95,6 +97,11 @@ def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device,
                                                                             fmt="maf-")))}
     for th in args.thread_list:
         cands[f"ours_{th}t"] = keep_last(got, f"{th}t", ours(AlignConfig(), th))
+    # the command a user types, in a fresh process: Python, torch and the cached kernels load first
+    th0 = args.thread_list[0]
+    cli = [sys.executable, "-m", "torchhpc.trainers.cli", "align", str(tpath), str(qpath), "--threads", str(th0),
+           "--output", os.devnull]
+    cands[f"ours_cli_{th0}t"] = lambda: subprocess.run(cli, check=True, env={**os.environ, "OMP_NUM_THREADS": str(th0)})
     if "handoff" in stages:
         cands["ours_lastz_handoff"] = keep_last(got, "handoff", ours(AlignConfig(gapped_by="lastz"),
                                                                      args.thread_list[0]))
@@ -164,7 +171,8 @@ def main(argv=None) -> int:
     p = benchmark_parser(__doc__, repeats=1)
     p.add_argument("--pairs", default="mito,sim,hpylori",
                    help="comma-separated from: mito, sim, hpylori (default: all six pairs)")
-    p.add_argument("--sim-length", type=int, default=2_000_000, help="bases of the simulated target (default 2e6)")
+    p.add_argument("--sim-length", default="2000000",
+                   help="bases of the simulated target; comma-separated for several pairs (default 2000000)")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated pair (default 1)")
     p.add_argument("--threads", default="1",
                    help="comma-separated torch thread counts for ours, e.g. 1,2; lastz is single-threaded (default 1)")
@@ -178,6 +186,12 @@ def main(argv=None) -> int:
         p.error(f"--threads {args.threads!r}: expected comma-separated integers")
     if not args.thread_list or min(args.thread_list) < 1:
         p.error("--threads: at least one count, each >= 1")
+    try:
+        args.sim_lengths = [int(float(x)) for x in args.sim_length.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--sim-length {args.sim_length!r}: expected comma-separated base counts")
+    if not args.sim_lengths or min(args.sim_lengths) < 1000:
+        p.error("--sim-length: at least one length, each >= 1000")
     if set(args.stages.split(",")) - {"whole", "nogapped", "handoff"}:
         p.error(f"--stages {args.stages!r}: choose from whole, nogapped, handoff")
     from torchhpc.ext.core.device import pick_device
@@ -208,8 +222,7 @@ def main(argv=None) -> int:
     elif "mito" in wanted:
         for t, q in MITO_PAIRS:
             rows += bench_pair(f"{t[:-3]} vs {q[:-3]}", GENOMES / t, GENOMES / q, args, device)
-    if "sim" in wanted:
-        n = args.sim_length
+    for n in args.sim_lengths if "sim" in wanted else []:
         sim = simulate_pair(n, substitution_rate=0.06, indel_rate=0.004, inversions=max(n // 100_000, 1),
                             inversion_length=20_000, duplications=max(n // 200_000, 1), duplication_length=5_000,
                             seed=args.sim_seed)
