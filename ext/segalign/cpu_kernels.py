@@ -210,25 +210,41 @@ if _HAVE_NUMBA:
             out[i - start] = key
 
     @njit(nogil=True, cache=True)
-    def _count_index(keys, step, length, offsets, present, ends):
-        """Counting sort of the valid keys of every ``step``-th window: ``offsets`` (zeroed, one longer
-        than the table) becomes each key's first slot, ``ends`` the word ends in key order (stable:
-        equal keys in position order)."""
-        space = present.shape[0]
-        for i in range(0, keys.shape[0], step):
-            k = keys[i]
-            if k >= 0:
-                offsets[k + 2] += 1
-        for k in range(space):
-            present[k] = offsets[k + 2] > 0
-            offsets[k + 2] += offsets[k + 1]
-        # offsets[k + 1] is now k's first slot; filling advances it to k's end, i.e. k + 1's first
-        for i in range(0, keys.shape[0], step):
-            k = keys[i]
-            if k >= 0:
-                s = offsets[k + 1]
-                ends[s] = i + length
-                offsets[k + 1] = s + 1
+    def _index_pass(codes, care, length, step, last, offsets, present, ends, fill):
+        """One pass of the counting sort over the keys of the windows ``0, step, ... < last``, computed
+        on the fly (as :func:`_seed_keys_kernel`; no array of keys the size of the genome).
+
+        ``fill=False``: count each key into ``offsets[key + 2]`` (zeroed, one longer than the table),
+        return the valid windows.  ``fill=True`` (after a count): prefix sums (``offsets[k]``: key k's
+        first slot), ``present``, and the word ends in key order (stable: equal keys in position order).
+        """
+        if fill:
+            for k in range(present.shape[0]):
+                present[k] = offsets[k + 2] > 0
+                offsets[k + 2] += offsets[k + 1]
+        n = 0
+        lastbad = -1
+        nxt = 0  # the next base to look at for lowercase / N / separators
+        for i in range(0, last, step):
+            j_end = i + length - 1
+            while nxt <= j_end:
+                if codes[nxt] >= 4:
+                    lastbad = nxt
+                nxt += 1
+            if lastbad >= i:
+                continue
+            key = 0
+            for k in range(care.shape[0]):
+                key |= np.int64(codes[i + care[k]] & 3) << (2 * k)
+            n += 1
+            if fill:
+                # offsets[key + 1] is key's next free slot; filling advances it to key + 1's first
+                slot = offsets[key + 1]
+                ends[slot] = i + length
+                offsets[key + 1] = slot + 1
+            else:
+                offsets[key + 2] += 1
+        return n
 
     PENDING_HITS = 2048
     """Hits the fused scan collects before extending them (see :func:`_drain`)."""
@@ -534,16 +550,24 @@ def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, ou
     _seed_keys_kernel(_np(codes, torch.uint8), care, int(start), int(last), len(pattern), out.numpy())
 
 
-def count_index_numba(keys: torch.Tensor, step: int, length: int, weight: int, n_valid: int):
-    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes: ``(ends, offsets,
-    present)`` as tensors, ``int32`` where every position fits (half the bytes of int64: 64 MiB of
-    offsets for 12of19, 4 bytes a target base; the sorted keys are not kept: the offsets say it all)."""
-    space = 4 ** weight
-    small = keys.numel() + length < 2 ** 31  # every position and count fits in 32 bits
+def count_index_numba(codes: torch.Tensor, pattern: str, step: int):
+    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes over the target codes:
+    ``(ends, offsets, present)`` as tensors, ``int32`` where every position fits (half the bytes of
+    int64: 64 MiB of offsets for 12of19, 4 bytes a target base; no array of keys is ever built: the
+    offsets say it all).  ``None`` when the target is too small to fill the table (see
+    :func:`.seeds.build_index`)."""
+    c = _np(codes, torch.uint8)
+    care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
+    length, space = len(pattern), 4 ** care.size
+    last = max(c.size - length + 1, 0)  # windows that fit
+    small = c.size + length < 2 ** 31  # every position and count fits in 32 bits
     offsets = np.zeros(space + 2, np.int32 if small else np.int64)
     present = np.empty(space, np.bool_)
+    n_valid = _index_pass(c, care, length, int(step), last, offsets, present, offsets[:0], False)
+    if space > 64 * max(n_valid, 1):
+        return None
     ends = np.empty(n_valid, np.int32 if small else np.int64)
-    _count_index(_np(keys, torch.int64), int(step), int(length), offsets, present, ends)
+    _index_pass(c, care, length, int(step), last, offsets, present, ends, True)
     return torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]), torch.from_numpy(present)
 
 

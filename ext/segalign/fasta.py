@@ -86,10 +86,8 @@ class SequenceSet:
         Positions map as ``p -> len(codes) - 1 - p``; inside a record, a minus-strand
         offset ``x`` (LASTZ's reverse-complement coordinates) is ``length - 1 - x`` on plus.
         """
-        c = self.codes.flip(0)
-        comp = c.clone()
-        nuc = c < 8
-        comp[nuc] = (c[nuc] & 4) | (3 - (c[nuc] & 3))
+        # one table look-up per base (no temporaries the size of the genome)
+        comp = torch.from_numpy(_COMP_CODE[self.codes.cpu().numpy()[::-1]]).to(self.codes.device)
         letters = _complement_letters(self.letters[::-1])
         total = self.codes.numel()
         starts = total - (self.starts + self.lengths)
@@ -97,6 +95,9 @@ class SequenceSet:
         return SequenceSet([self.names[i] for i in order.tolist()], comp, starts[order], self.lengths[order],
                            letters, self.path, dict(self.meta, reversed=True))
 
+
+_COMP_CODE = np.arange(256, dtype=np.uint8)  # code -> its complement's (case kept; N, IUPAC, separator as they are)
+_COMP_CODE[:8] = [(c & 4) | (3 - (c & 3)) for c in range(8)]
 
 _COMP = np.arange(256, dtype=np.uint8)
 for _a, _b in zip(b"ACGTUacgtuRYKMBVDHrykmbvdh", b"TGCAAtgcaaYRMKVBHDyrmkvbhd", strict=True):
@@ -155,8 +156,8 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
         # LASTZ's short name: the first word, cut at the first '|' (">gi|3081|ref|..." -> "gi")
         word = header.split()[0].decode("utf-8", "replace") if header.split() else ""
         name = word.split("|")[0] or word or f"record{n}"
-        seq = np.frombuffer(body.replace(b"\r", b"").replace(b"\n", b"").replace(b" ", b"").replace(b"\t", b""),
-                            dtype=np.uint8)
+        seq = np.frombuffer(body.translate(None, b"\r\n \t"), dtype=np.uint8)  # one copy without line breaks
+        del body
         if seq.size == 0:
             raise InputError(f"{path}: record {n} ({name!r}) has no sequence")
         codes = _LUT[seq]
@@ -179,8 +180,12 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
         seqs.append((seq, codes))
     out = _assemble(names, seqs, path, ambiguous)
     # LASTZ starts no seed in lowercase (soft-masked) bases: a file without one uppercase base aligns to nothing
-    out.meta["all_soft_masked"] = not any(bool(((s >= 65) & (s <= 90)).any()) for s, _ in seqs)
+    out.meta["all_soft_masked"] = not any(bool(_UPPER[s].any()) for s, _ in seqs)
     return out
+
+
+_UPPER = np.zeros(256, dtype=bool)
+_UPPER[65:91] = True
 
 
 def _assemble(names, seqs, path, ambiguous) -> SequenceSet:

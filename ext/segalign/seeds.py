@@ -148,17 +148,16 @@ def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
     """
     if step < 1:
         raise InputError(f"--step must be >= 1, got {step}")
-    keys = seed_keys(codes, pattern)
     weight = pattern.count("1")
     if codes.device.type == "cpu" and weight <= DIRECT_TABLE_MAX_WEIGHT and _numba_available():
-        n_valid = int((keys[::step] >= 0).sum())
-        if 4 ** weight <= 64 * max(n_valid, 1):
-            from .cpu_kernels import count_index_numba
+        from .cpu_kernels import count_index_numba
 
-            # the same table as below, by a compiled counting sort (no argsort, no bincount)
-            ends, offsets, present = count_index_numba(keys, step, len(pattern), weight, n_valid)
+        # the same table as below, by a compiled counting sort over the codes (no keys, argsort or bincount)
+        built = count_index_numba(codes, pattern, step)
+        if built is not None:
+            ends, offsets, present = built
             return SeedIndex(None, ends, pattern, offsets, present)
-    return _build_index_torch(keys, pattern, step)
+    return _build_index_torch(seed_keys(codes, pattern), pattern, step)
 
 
 def _build_index_torch(keys: torch.Tensor, pattern: str, step: int) -> SeedIndex:

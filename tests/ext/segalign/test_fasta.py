@@ -40,6 +40,19 @@ def test_reverse_complement_maps_positions():
     assert rc.codes.tolist() == [SEPARATOR, 0, 1, SEPARATOR, 5, 2, 3, 3, SEPARATOR]
 
 
+def test_reverse_complement_of_every_code_equals_complementing_the_letters():
+    """Codes of the reverse complement (N, IUPAC, lowercase, CR/tab/space-broken lines) equal the codes
+    of the complemented, reversed letters read afresh, and reverse-complementing twice is the identity."""
+    text = "ACGTacgtNnRYswKMbdhvACGTTGCAacgtnNtt"
+    s = parse_fasta(f">a\r\n{text[:12]}\t\n{text[12:20]} \n>b\n{text[20:]}\n".encode(), ambiguous="iupac")
+    rc = s.reverse_complement()
+    again = parse_fasta(b">b\n" + bytes(rc.letters[1:1 + 16]) + b"\n>a\n" + bytes(rc.letters[18:-1]) + b"\n",
+                        ambiguous="iupac")
+    assert rc.names == ["b", "a"] and torch.equal(rc.codes, again.codes)
+    assert torch.equal(rc.reverse_complement().codes, s.codes)
+    assert bytes(rc.reverse_complement().letters) == bytes(s.letters)
+
+
 def test_gzip_and_plain_read_alike(tmp_path):
     """A gzipped FASTA reads exactly like the plain file."""
     text = b">x\nACGTACGT\nacgtNN\n>y\nTTTT\n"
