@@ -59,12 +59,14 @@ def _all_gather(obj) -> list:
 
 
 def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
-              query_rc: SequenceSet | None = None) -> tuple[dict[str, HSPs], dict]:
+              query_rc: SequenceSet | None = None, on_strand=None) -> tuple[dict[str, HSPs], dict]:
     """Seeding and the ungapped filter on both strands -> ``{"+": HSPs, "-": HSPs}`` and counters.
 
     The counters include ``backend``, the filter kernel that ran (what
     :func:`~torchhpc.ext.core.dispatch.resolve_backend` chose for ``cfg.backend`` on ``cfg.device``),
-    and ``fused``, whether the one-pass numba kernel ran.
+    and ``fused``, whether the one-pass numba kernel ran.  ``on_strand(strand, hsps)``, where given,
+    is called as soon as a strand's HSPs are all known (the plus strand's while the minus strand is
+    still being filtered, with several threads in one process), with the HSPs returned for it.
 
     Raises:
         ConfigError: an impossible option; InputError: a device or backend that cannot run here.
@@ -119,11 +121,27 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
             bar.update(1)
         return res
 
+    done: dict[str, HSPs] = {}
+
+    def strand_hsps(strand, results_of):
+        # a strand's HSPs from its tasks' results, in task order (the same however the tasks ran)
+        parts = [h.to(dev) for i, (st_, _, _) in enumerate(tasks) if st_ == strand for h, _ in results_of(i)]
+        return remove_contained(HSPs.cat(parts, strand)).to("cpu")
+
+    early = on_strand is not None and workers > 1 and world == 1
     if workers > 1:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers) as pool:
-            results = list(pool.map(run, tasks))
+            futures = [pool.submit(run, task) for task in tasks]
+            if early:  # hand each strand on as soon as its last interval is filtered
+                for strand in strands:
+                    mine = [f for f, (st_, _, _) in zip(futures, tasks, strict=True) if st_ == strand]
+                    for f in mine:
+                        f.result()
+                    done[strand] = strand_hsps(strand, lambda i: futures[i].result())
+                    on_strand(strand, done[strand])
+            results = [f.result() for f in futures]
     else:
         results = [run(task) for task in tasks]
     if bar is not None:
@@ -133,13 +151,15 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
         gathered = _all_gather(mine)
         results = [gathered[i % world][i // world] for i in range(len(all_tasks))]
         tasks = all_tasks
-    parts: dict[str, list[HSPs]] = {strand: [] for strand in strands}
-    for (strand, _, _), res in zip(tasks, results, strict=True):
-        for h, st in res:
+    for res in results:
+        for _, st in res:
             for k in ("hits", "extended", "rounds"):
                 stats[k] += st[k]
-            parts[strand].append(h.to(dev))
-    out = {strand: remove_contained(HSPs.cat(parts[strand], strand)).to("cpu") for strand in strands}
+    out = {strand: done[strand] if strand in done else strand_hsps(strand, lambda i: results[i])
+           for strand in strands}
+    if on_strand is not None and not early:
+        for strand in strands:
+            on_strand(strand, out[strand])
     stats["filter_seconds"] = time.perf_counter() - t0
     stats["hsps"] = {k: len(v) for k, v in out.items()}
     return out, stats
@@ -152,6 +172,15 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
     threads = torch.get_num_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
+    if (threads > 1 and cfg.gapped and cfg.gapped_by != "lastz" and _rank_world()[1] == 1
+            and pick_device(cfg.device).type == "cpu"):
+        from .gapped import gapped_kernel
+
+        if gapped_kernel(cfg.gapped_by) == "numba":  # (the NumPy reference holds the GIL: nothing to overlap)
+            res = _align_overlapped(target, query, query_rc, cfg, threads)
+            if torch.get_num_threads() != threads:
+                torch.set_num_threads(threads)
+            return res
     hsps, stats = find_hsps(target, query, cfg, query_rc)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
@@ -182,6 +211,54 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
             per_strand = [gathered[i % world][i] for i in range(len(per_strand))]
         alns = [a for part in per_strand for a in part]
     stats["gapped_seconds"] = time.perf_counter() - t0
+    stats["alignments"] = len(alns)
+    return AlignResult(alns, hsps, target, query, stats)
+
+
+def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: SequenceSet | None, cfg: AlignConfig,
+                      threads: int) -> AlignResult:
+    """Filter and gapped stage overlapped (several threads, one process, the compiled gapped stage): a
+    strand's gapped extension starts on its own thread as soon as the strand's HSPs are known, while
+    the filter goes on with the next strand, as SegAlign extends on CPU threads while the GPU filters.
+    The strands' alignments do not depend on each other (each has its own walls), so the output is
+    the same as one stage after the other."""
+    import threading
+
+    from .gapped import gapped_alignments, gapped_kernel
+
+    kernel = gapped_kernel(cfg.gapped_by)
+    sets = {"+": query, "-": query_rc}
+    n_strands = 2 if cfg.strand == "both" else 1
+    inner = max(threads // n_strands, 1)  # the strands' gapped stages share the threads
+    found: dict[str, list] = {}
+    errors: list[BaseException] = []
+    workers: list[threading.Thread] = []
+    t_filter_end: list[float] = []
+
+    def extend(strand, h):
+        try:
+            found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=kernel, threads=inner)
+        except BaseException as exc:  # re-raised in the caller's thread
+            errors.append(exc)
+
+    def on_strand(strand, h):
+        w = threading.Thread(target=extend, args=(strand, h), name=f"gapped{strand}", daemon=True)
+        workers.append(w)
+        w.start()
+
+    t0 = time.perf_counter()
+    hsps, stats = find_hsps(target, query, cfg, query_rc, on_strand=on_strand)
+    t_filter_end.append(time.perf_counter())
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    alns = [a for strand in hsps for a in found[strand]]
+    stats["gapped_by"] = kernel
+    stats["overlapped"] = True
+    # the gapped stage's share of the wall time after the filter ended (the rest overlapped it)
+    stats["gapped_seconds"] = time.perf_counter() - t_filter_end[0]
+    stats["total_seconds"] = time.perf_counter() - t0
     stats["alignments"] = len(alns)
     return AlignResult(alns, hsps, target, query, stats)
 

@@ -178,3 +178,43 @@ def test_compiled_anchors_equal_numpy_reference():
     a = hsp_anchors(tie, tc, qc2, table, compiled=True)
     b = hsp_anchors(tie, tc, qc2, table, compiled=False)
     assert a[0][0] == b[0][0] == 1000 + 15
+
+
+def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypatch):
+    """With two threads the plus strand's gapped stage runs while the minus strand is filtered, on small
+    query intervals: the alignments (both strands, inversions included) are exactly one thread's; a
+    failure in a strand's gapped thread reaches the caller instead of being lost."""
+    import torch
+
+    from torchhpc.ext.segalign import gapped
+
+    sim = simulate_pair(30_000, substitution_rate=0.06, indel_rate=0.004, inversions=2, inversion_length=3000,
+                        duplications=2, duplication_length=800, seed=6)
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+    cfg = AlignConfig(interval=4000)
+
+    def key(res):
+        return [(a.strand, a.t_start, a.t_end, a.q_start, a.q_end, a.score, a.t_text, a.q_text)
+                for a in res.alignments]
+
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = align_sequences(t, q, cfg)
+        torch.set_num_threads(2)
+        two = align_sequences(t, q, cfg)
+        assert two.stats.get("overlapped") and not one.stats.get("overlapped")
+        assert {a.strand for a in one.alignments} == {"+", "-"} and key(two) == key(one)
+
+        real = gapped.gapped_alignments
+
+        def broken(h, target, query, *a, **k):
+            if h.strand == "-":
+                raise RuntimeError("gapped stage failed on the minus strand")
+            return real(h, target, query, *a, **k)
+
+        monkeypatch.setattr(gapped, "gapped_alignments", broken)
+        with pytest.raises(RuntimeError, match="minus strand"):
+            align_sequences(t, q, cfg)
+    finally:
+        torch.set_num_threads(old)
