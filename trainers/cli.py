@@ -41,7 +41,9 @@ def _version() -> str:
         return "unknown"
 
 
-def build_parser() -> ArgumentParser:
+def build_parser(only: str | None = None) -> ArgumentParser:
+    """The whole command line; with ``only``, just that command (the others' modules are not imported,
+    so a command starts without the cost of every system's options)."""
     parser = ArgumentParser(
         prog="torchhpc",
         description="torchhpc: SC20 HPC research systems as PyTorch modules, Triton kernels, "
@@ -50,8 +52,9 @@ def build_parser() -> ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"torchhpc {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", parser_class=ArgumentParser)
-    for _name, module in COMMANDS:
-        importlib.import_module(module).register(sub)
+    for name, module in COMMANDS:
+        if only is None or name == only:
+            importlib.import_module(module).register(sub)
     return parser
 
 
@@ -69,8 +72,10 @@ def leaf_commands(parser: argparse.ArgumentParser | None = None, path: tuple[str
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchhpc`` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    first = words[0] if words else None
+    parser = build_parser(only=first if first in dict(COMMANDS) else None)
+    args = parser.parse_args(words)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

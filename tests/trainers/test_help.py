@@ -25,3 +25,28 @@ def test_help_lists_every_option(path, parser):
     for flag, default, _doc in describe_flags(cls):
         assert flag in text, f"{flag} missing from torchhpc {' '.join(path)} --help"
         assert f"(default: {' '.join(default.split())})" in text, f"{flag}'s default {default} not shown"
+
+
+def test_a_command_loads_only_its_own_options():
+    """`torchhpc align ...` builds the align parser alone (no other system's trainer module is imported,
+    so every command starts quicker); `torchhpc --help` and an unknown command still list them all."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import sys
+        from torchhpc.trainers.cli import COMMANDS, main
+        try:
+            main(["align", "--help"])
+        except SystemExit:
+            pass
+        others = [m for name, m in COMMANDS if name != "align" and m in sys.modules]
+        print("loaded:", others)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage: torchhpc align" in out.stdout and out.stdout.strip().endswith("loaded: []")
+    bad = subprocess.run([sys.executable, "-m", "torchhpc.trainers.cli", "alignn"], capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "'align'" in bad.stderr and "'collectives'" in bad.stderr
