@@ -127,10 +127,17 @@ def format_table(result: dict) -> str:
         name = r["algo"] if r["routed_as"] == r["algo"] else f"{r['algo']}:{r['routed_as']}"
         lines.append(f"{_size(r['size']):>8} {name:>12} {1e3 * r['median_s']:9.2f} {ratio:>9} "
                      f"{r['inter_node_bytes_max']:22d} {r['inter_node_bytes_mean']:10.0f} {r['messages_max']:5d} "
-                     f"{str(r['identical']):>10}"
-                     + ("   phases ms (gather/inter-node/scatter): " + " / ".join(f"{1e3 * t:.1f}" for t in r["phase_s"])
-                        if "phase_s" in r else ""))
+                     f"{str(r['identical']):>10}" + _phases(r))
     return "\n".join(lines)
+
+
+def _phases(r: dict) -> str:
+    """The ``--stats`` column: direct sends in one phase, the hierarchical algorithms in three."""
+    if "phase_s" not in r:
+        return ""
+    if r["routed_as"] == "direct":
+        return f"   one phase ms: {1e3 * sum(r['phase_s']):.1f}"
+    return "   phases ms (gather/inter-node/scatter): " + " / ".join(f"{1e3 * t:.1f}" for t in r["phase_s"])
 
 
 def _size(n: int) -> str:

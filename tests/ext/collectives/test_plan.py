@@ -199,3 +199,19 @@ def test_fit_recovers_both_latencies_from_several_graphs():
     m = fit_cost_model(samples)
     assert m.alpha == pytest.approx(2e-3, rel=1e-6) and m.alpha_intra == pytest.approx(1e-4, rel=1e-6)
     assert m.beta_intra == pytest.approx(3e9, rel=1e-6)
+
+
+def test_stats_column_names_direct_one_phase_and_the_hierarchical_three():
+    """The bench table's --stats column gives direct's single phase as such (not under "gather") and the
+    three phases of a hierarchical algorithm in order."""
+    from torchhpc.ext.collectives.bench import format_table
+
+    row = dict(size=4096, median_s=0.01, inter_node_bytes_max=8192, inter_node_bytes_mean=5120.0, messages_max=3,
+               identical=True)
+    result = {"rows": [dict(row, algo="direct", routed_as="direct", phase_s=[0.004, 0.0, 0.0]),
+                       dict(row, algo="law-h", routed_as="law-h", phase_s=[0.001, 0.002, 0.003])],
+              "nranks": 4, "nnodes": 2, "graph": "powerlaw:3:1", "seed": 0, "edges": 9, "cross_edges": 5,
+              "inter_node_mbps": 20.0, "intra_node_transport": "shm"}
+    lines = format_table(result).splitlines()
+    assert lines[-2].endswith("one phase ms: 4.0")
+    assert lines[-1].endswith("phases ms (gather/inter-node/scatter): 1.0 / 2.0 / 3.0")
