@@ -59,10 +59,10 @@ class Walls:
     The ``k``-th alignment through query base ``q`` passes the cells ``(t, q)`` with
     ``lo <= t <= hi`` of its interval: its aligned pair, or for a gap the cells ``(last target
     consumed, last query consumed)`` of each column, so the path is a connected chain of cells
-    that a later extension cannot cross.  The first :data:`PRIMARY` intervals of each base are
-    ``lo[q, k]`` / ``hi[q, k]`` (``-1``: none); a base with more (a repeat stacking alignments on
-    it) keeps the rest in row ``row[q]`` of the overflow table ``olo`` / ``ohi`` (``row[q] = -1``:
-    none), so memory grows with the stacked bases only.  ``count[q]``: the intervals of base ``q``.
+    that a later extension cannot cross.  Each base's first interval is ``lo[q, 0]`` / ``hi[q, 0]``
+    (``-1``: none; 8 bytes a query base).  A base with more (a repeat stacking alignments on it)
+    keeps the rest in an overflow row: ``okeys`` (sorted) are those bases and ``orow`` their rows of
+    ``olo`` / ``ohi`` (``-1`` ends a row), so memory beyond the 8 bytes grows with the stacked bases only.
     """
 
     PRIMARY = 1
@@ -70,8 +70,9 @@ class Walls:
     def __init__(self, n_q: int):
         self.lo = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
         self.hi = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
-        self.count = np.zeros(n_q, dtype=np.int32)
-        self.row = np.full(n_q, -1, dtype=np.int32)
+        self.okeys = np.zeros(0, dtype=np.int32)  # query bases with an overflow row, sorted
+        self.orow = np.zeros(0, dtype=np.int32)  # their rows
+        self.ocount = np.zeros(0, dtype=np.int32)  # intervals used in each row
         self.olo = np.full((0, 2), -1, dtype=np.int32)
         self.ohi = np.full((0, 2), -1, dtype=np.int32)
         self.rows = 0  # overflow rows in use
@@ -81,14 +82,25 @@ class Walls:
         """One aligned cell ``(cover[q], q)`` per query base (``-1``: none)."""
         w = cls(cover.size)
         w.lo[:, 0] = w.hi[:, 0] = cover
-        w.count[:] = cover >= 0
         return w
+
+    def _rows_of(self, q: np.ndarray) -> np.ndarray:
+        """The overflow row of each query base ``q`` (``-1``: none)."""
+        if not self.rows:
+            return np.full(q.size, -1, dtype=np.int32)
+        k = np.minimum(np.searchsorted(self.okeys, q), self.rows - 1)
+        return np.where(self.okeys[k] == q, self.orow[k], -1)
+
+    def stacked(self, q: np.ndarray) -> np.ndarray:
+        """How many intervals (alignments) each query base ``q`` carries."""
+        r = self._rows_of(q)
+        return (self.lo[q, 0] >= 0).astype(np.int32) + np.where(r >= 0, self.ocount[np.maximum(r, 0)], 0)
 
     def intervals(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(lo, hi)``, each ``(len(q), K)``: every interval of the query bases ``q`` (``-1``: none)."""
         lo, hi = self.lo[q], self.hi[q]
         if self.rows:
-            r = self.row[q]
+            r = self._rows_of(q)
             has = r >= 0
             olo = np.full((q.size, self.olo.shape[1]), -1, dtype=np.int32)
             ohi = olo.copy()
@@ -118,28 +130,34 @@ class Walls:
         first = np.flatnonzero(np.r_[True, cq[1:] != cq[:-1]])
         last = np.r_[first[1:] - 1, cq.size - 1]
         uq, lo, hi = cq[first], ct[first], ct[last]
-        slot = self.count[uq]
-        prim = slot < self.PRIMARY
-        self.lo[uq[prim], slot[prim]] = lo[prim]
-        self.hi[uq[prim], slot[prim]] = hi[prim]
+        prim = self.lo[uq, 0] < 0
+        self.lo[uq[prim], 0] = lo[prim]
+        self.hi[uq[prim], 0] = hi[prim]
         over = ~prim
         if over.any():
-            oq, oslot = uq[over], slot[over] - self.PRIMARY
-            new = oq[self.row[oq] < 0]
-            if self.rows + new.size > self.olo.shape[0] or oslot.max() >= self.olo.shape[1]:
-                nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
-                ncols = max(self.olo.shape[1], 2 * (int(oslot.max()) + 1) if oslot.max() >= self.olo.shape[1] else 0)
-                olo = np.full((nrows, ncols), -1, dtype=np.int32)
-                ohi = olo.copy()
-                olo[:self.rows, :self.olo.shape[1]] = self.olo[:self.rows]
-                ohi[:self.rows, :self.ohi.shape[1]] = self.ohi[:self.rows]
-                self.olo, self.ohi = olo, ohi
-            self.row[new] = np.arange(self.rows, self.rows + new.size, dtype=np.int32)
-            self.rows += new.size
-            r = self.row[oq]
+            oq = uq[over].astype(np.int32)  # distinct, increasing
+            new = oq[self._rows_of(oq) < 0]
+            if new.size:
+                if self.rows + new.size > self.olo.shape[0]:
+                    nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
+                    self.olo = np.concatenate([self.olo, np.full((nrows - self.olo.shape[0], self.olo.shape[1]), -1,
+                                                                 dtype=np.int32)])
+                    self.ohi = np.concatenate([self.ohi, np.full_like(self.olo[self.ohi.shape[0]:], -1)])
+                    self.ocount = np.concatenate([self.ocount, np.zeros(nrows - self.ocount.size, dtype=np.int32)])
+                keys = np.concatenate([self.okeys, new])
+                rows = np.concatenate([self.orow, np.arange(self.rows, self.rows + new.size, dtype=np.int32)])
+                order = np.argsort(keys, kind="stable")
+                self.okeys, self.orow = keys[order], rows[order]
+                self.rows += new.size
+            r = self._rows_of(oq)
+            oslot = self.ocount[r]
+            if oslot.max() >= self.olo.shape[1]:
+                ncols = 2 * (int(oslot.max()) + 1)
+                pad = np.full((self.olo.shape[0], ncols - self.olo.shape[1]), -1, dtype=np.int32)
+                self.olo, self.ohi = np.concatenate([self.olo, pad], axis=1), np.concatenate([self.ohi, pad], axis=1)
             self.olo[r, oslot] = lo[over]
             self.ohi[r, oslot] = hi[over]
-        self.count[uq] += 1
+            self.ocount[r] += 1
         return ct, cq
 
 
@@ -202,7 +220,7 @@ def _extend_one(t_codes, q_codes, t0, q0, d, flat, oe, e, ydrop, walls):
         # walls: a base that is a record separator, or a cell of an alignment found before
         invalid = (tc == SEPARATOR) | (qc == SEPARATOR)
         if walls is not None:
-            inner = np.flatnonzero((I >= 1) & (J >= 1) & (walls.count[np.clip(uq, 0, max(n_q - 1, 0))] > 0))
+            inner = np.flatnonzero((I >= 1) & (J >= 1) & (walls.lo[np.clip(uq, 0, max(n_q - 1, 0)), 0] >= 0))
             if inner.size:
                 wl, wh = walls.intervals(uq[inner])
                 tk = ut[inner, None]
@@ -341,10 +359,19 @@ def hsp_anchors(h: HSPs, t_codes: np.ndarray | None = None, q_codes: np.ndarray 
     return ts + peak, qs + peak
 
 
-def _alignment_text(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: np.ndarray) -> tuple[str, str]:
-    tl = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8)
-    ql = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8)
-    return tl.tobytes().decode(), ql.tobytes().decode()
+def _alignment(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: np.ndarray, strand: str,
+               score: int) -> Alignment:
+    """The alignment of columns ``tpos`` / ``qpos`` (``-1``: a gap), in its records' coordinates."""
+    t_first, t_last = int(tpos[tpos >= 0].min()), int(tpos.max())
+    q_first, q_last = int(qpos[qpos >= 0].min()), int(qpos.max())
+    tr = int(np.searchsorted(target.starts.numpy(), t_first, side="right")) - 1
+    qr = int(np.searchsorted(query.starts.numpy(), q_first, side="right")) - 1
+    tt = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
+    qt = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
+    t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
+    return Alignment(target.names[tr], int(target.lengths[tr]), t_first - t_off, t_last + 1 - t_off,
+                     query.names[qr], int(query.lengths[qr]), q_first - q_off, q_last + 1 - q_off,
+                     strand, score, tt, qt)
 
 
 def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
@@ -373,7 +400,7 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
     at, aq = hsp_anchors(h, t_codes, q_codes, table)
     at, aq = at[order], aq[order]
     walls = Walls(q_codes.size)
-    results: list[tuple[int, np.ndarray, np.ndarray]] = []
+    results: list[tuple[int, Alignment]] = []
     pos, batch, n = 0, first_batch, at.size
     if kernel == "numba":
         from .gapped_kernels import ydrop_extend_numba
@@ -419,21 +446,10 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
             tpos = np.concatenate([np.where(rt >= 0, ta - 1 - rt, -1), np.where(ft >= 0, ta + ft, -1)])
             qpos = np.concatenate([np.where(rq >= 0, qa - 1 - rq, -1), np.where(fq >= 0, qa + fq, -1)])
             added.append(walls.add(tpos, qpos))
-            results.append((score, tpos, qpos))
+            # kept as text at once (2 bytes a column, not the 16 of the positions)
+            results.append((score, _alignment(target, query, tpos, qpos, h.strand, score)))
         batch = min(batch * 2, max_batch)
-    out = []
-    for score, tpos, qpos in sorted(results, key=lambda r: -r[0]):
-        t_first = int(tpos[tpos >= 0].min())
-        t_last = int(tpos.max())
-        q_first = int(qpos[qpos >= 0].min())
-        q_last = int(qpos.max())
-        tr = int(target.record_of(torch.tensor([t_first]))[0])
-        qr = int(query.record_of(torch.tensor([q_first]))[0])
-        tt, qt = _alignment_text(target, query, tpos, qpos)
-        t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
-        out.append(Alignment(target.names[tr], int(target.lengths[tr]), t_first - t_off, t_last + 1 - t_off,
-                             query.names[qr], int(query.lengths[qr]), q_first - q_off, q_last + 1 - q_off,
-                             h.strand, score, tt, qt))
+    out = [a for _, a in sorted(results, key=lambda r: -r[0])]
     # LASTZ's order: by target position (records in file order), then query
     order_keys = {id(a): (target.names.index(a.t_name), a.t_start, a.q_start) for a in out}
     out.sort(key=lambda a: order_keys[id(a)])

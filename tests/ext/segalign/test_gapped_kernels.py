@@ -42,7 +42,7 @@ def _case(rng, case):
             qs = int(rng.integers(0, 20)) + int(q.size) // 3
             qpos = np.arange(qs, min(qs + 30, q.size))
             cover.add(np.clip(qpos + int(rng.integers(-40, 40)), 0, n - 1), qpos)
-        assert cover.count.max() > Walls.PRIMARY
+        assert cover.stacked(np.arange(q.size)).max() > Walls.PRIMARY
     return t, q, t0, q0, rng.choice([-1, 1], b), cover
 
 
@@ -136,7 +136,7 @@ def test_walls_stacked_past_the_primary_slots_block_both_kernels():
     qpos = np.arange(100, 130)
     for shift in (-60, 60, 0):  # the third one lies on the main diagonal of the extension
         walls.add(qpos + shift, qpos)
-    assert walls.count[100] == 3 and walls.rows == 30
+    assert walls.stacked(np.array([100]))[0] == 3 and walls.rows == 30
     table = hoxd70().table(910).numpy()
     args = (t, t.copy(), np.array([0]), np.array([0]), np.array([1]), table, 400, 30, 9430, walls)
     ref, got = ydrop_extend(*args), ydrop_extend_numba(*args)
@@ -145,6 +145,27 @@ def test_walls_stacked_past_the_primary_slots_block_both_kernels():
     np.testing.assert_array_equal(got[2][0], ref[2][0])
     cells = set(zip(np.maximum.accumulate(ref[1][0]).tolist(), np.maximum.accumulate(ref[2][0]).tolist(), strict=True))
     assert not cells & {(k, k) for k in range(100, 130)}
+
+
+def test_walls_answer_as_the_set_of_cells_they_hold():
+    """Alignments added in any query order, stacked several deep: a cell is on a wall exactly when an
+    added path passes it, and each base counts the paths through it (overflow rows are appended in
+    the order bases first overflow, while their look-up stays sorted by query base)."""
+    rng = np.random.default_rng(3)
+    walls, cells, through = Walls(200), set(), np.zeros(200, int)
+    for _ in range(40):
+        q0 = int(rng.integers(0, 170))
+        qpos = np.arange(q0, min(q0 + int(rng.integers(5, 30)), 200))
+        tpos = qpos + int(rng.integers(-50, 50))
+        tpos[rng.random(qpos.size) < 0.1] = -1  # a query base against a gap
+        ct, cq = walls.add(tpos, qpos)
+        cells |= set(zip(ct.tolist(), cq.tolist(), strict=True))
+        through[np.unique(cq)] += 1
+    assert walls.rows > 10 and through.max() >= 4
+    np.testing.assert_array_equal(walls.stacked(np.arange(200)), through)
+    for t in range(-60, 260):
+        for q in range(0, 200, 3):
+            assert walls.on(t, q) == ((t, q) in cells), (t, q)
 
 
 def test_compiled_anchors_equal_numpy_reference():
