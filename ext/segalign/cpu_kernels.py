@@ -246,6 +246,56 @@ if _HAVE_NUMBA:
                 offsets[key + 2] += 1
         return n
 
+    @njit(nogil=True, cache=True)
+    def _index_chunk(codes, care, length, step, lo, hi, slots, ends, fill):
+        """:func:`_index_pass` over the windows ``lo, lo + step, ... < hi`` only, with its own table
+        ``slots``: ``fill=False`` counts each key into ``slots[key]``; ``fill=True`` writes each window's
+        end at ``slots[key]`` (this chunk's next slot of the key) and advances it.  Returns the valid
+        windows."""
+        n = 0
+        lastbad = -1
+        nxt = lo
+        for i in range(lo, hi, step):
+            j_end = i + length - 1
+            while nxt <= j_end:
+                if codes[nxt] >= 4:
+                    lastbad = nxt
+                nxt += 1
+            if lastbad >= i:
+                continue
+            key = 0
+            for k in range(care.shape[0]):
+                key |= np.int64(codes[i + care[k]] & 3) << (2 * k)
+            n += 1
+            if fill:
+                slot = slots[key]
+                ends[slot] = i + length
+                slots[key] = slot + 1
+            else:
+                slots[key] += 1
+        return n
+
+    @njit(nogil=True, cache=True, parallel=True)
+    def _index_chunks(codes, care, length, step, bounds, slots, ends, fill):
+        """:func:`_index_chunk` on each chunk ``bounds[c] .. bounds[c + 1]`` side by side (table ``slots[c]``)."""
+        for c in prange(slots.shape[0]):
+            _index_chunk(codes, care, length, step, bounds[c], bounds[c + 1], slots[c], ends, fill)
+
+    @njit(nogil=True, cache=True)
+    def _index_offsets(slots, offsets, present):
+        """Chunk counts -> each chunk's first slot of each key (chunk by chunk within a key: the windows
+        stay in position order), ``offsets[k]`` (key ``k``'s first slot; ``offsets[space]``: the total)
+        and ``present``."""
+        run = 0
+        for k in range(present.shape[0]):
+            offsets[k] = run
+            for c in range(slots.shape[0]):
+                n = slots[c, k]
+                slots[c, k] = run
+                run += n
+            present[k] = run > offsets[k]
+        offsets[present.shape[0]] = run
+
     PENDING_HITS = 2048
     """Hits the fused scan collects before extending them (see :func:`_drain`)."""
 
@@ -550,17 +600,54 @@ def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, ou
     _seed_keys_kernel(_np(codes, torch.uint8), care, int(start), int(last), len(pattern), out.numpy())
 
 
-def count_index_numba(codes: torch.Tensor, pattern: str, step: int):
+INDEX_CHUNK_MIN_WINDOWS = 1 << 20
+"""Fewest target windows per chunk of the parallel index build (below, one thread is as fast)."""
+
+INDEX_TABLES_MAX_BYTES = 512 << 20
+"""Most bytes of per-chunk key tables the parallel index build may hold (12of19: 64 MiB a chunk, so up
+to 8 chunks; 14of22's 1 GiB table is built by one thread)."""
+
+
+def _count_index_chunks(c, care, length, step, last, space, small, parts):
+    """:func:`count_index_numba` with the target cut into ``parts`` chunks counted and filled side by
+    side (the same table: within a key, chunk by chunk keeps the windows in position order)."""
+    windows = -(-last // step)
+    per = -(-windows // parts) * step  # positions per chunk: a multiple of step, so chunks keep the step grid
+    bounds = np.minimum(np.arange(parts + 1, dtype=np.int64) * per, last)
+    dt = np.int32 if small else np.int64
+    slots = np.zeros((parts, space), dt)
+    with _keep_torch_threads():
+        _index_chunks(c, care, length, step, bounds, slots, np.empty(0, dt), False)
+    n_valid = int(slots.sum(dtype=np.int64))
+    if space > 64 * max(n_valid, 1):
+        return None
+    offsets = np.empty(space + 1, dt)
+    present = np.empty(space, np.bool_)
+    _index_offsets(slots, offsets, present)
+    ends = np.empty(n_valid, dt)
+    with _keep_torch_threads():
+        _index_chunks(c, care, length, step, bounds, slots, ends, True)
+    return torch.from_numpy(ends), torch.from_numpy(offsets), torch.from_numpy(present)
+
+
+def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int | None = None):
     """:func:`.seeds.build_index`'s counting-sort table in two compiled passes over the target codes:
     ``(ends, offsets, present)`` as tensors, ``int32`` where every position fits (half the bytes of
     int64: 64 MiB of offsets for 12of19, 4 bytes a target base; no array of keys is ever built: the
     offsets say it all).  ``None`` when the target is too small to fill the table (see
-    :func:`.seeds.build_index`)."""
+    :func:`.seeds.build_index`).  With several ``threads`` (default: torch's count), chunks of at
+    least :data:`INDEX_CHUNK_MIN_WINDOWS` windows are indexed side by side, a key table each, within
+    :data:`INDEX_TABLES_MAX_BYTES`."""
     c = _np(codes, torch.uint8)
     care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
     length, space = len(pattern), 4 ** care.size
     last = max(c.size - length + 1, 0)  # windows that fit
     small = c.size + length < 2 ** 31  # every position and count fits in 32 bits
+    parts = _threads() if threads is None else max(int(threads), 1)
+    # chunks of the target side by side, a table each (as many as INDEX_TABLES_MAX_BYTES allows)
+    parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)), last // INDEX_CHUNK_MIN_WINDOWS)
+    if parts > 1:
+        return _count_index_chunks(c, care, length, int(step), last, space, small, parts)
     offsets = np.zeros(space + 2, np.int32 if small else np.int64)
     present = np.empty(space, np.bool_)
     n_valid = _index_pass(c, care, length, int(step), last, offsets, present, offsets[:0], False)

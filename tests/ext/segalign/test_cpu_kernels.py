@@ -156,6 +156,27 @@ def test_compiled_seed_keys_and_index_equal_tensor_ops(pattern, step):
     assert torch.equal(got.present, ref.present)
 
 
+@pytest.mark.parametrize("pattern,step,parts", [("1110100110011", 1, 2), ("11011", 2, 3), ("111", 3, 2)])
+def test_index_built_in_chunks_equals_one_pass(monkeypatch, pattern, step, parts):
+    """The target cut into chunks indexed side by side (masked bases, N and record walls straddling the
+    cuts) gives the very table of the one-thread pass and of the tensor-op reference: word ends in
+    key order, position order within a key."""
+    from torchhpc.ext.segalign import cpu_kernels
+    from torchhpc.ext.segalign.seeds import _build_index_torch, seed_keys
+
+    monkeypatch.setattr(cpu_kernels, "INDEX_CHUNK_MIN_WINDOWS", 500)
+    t, _, _ = _pair(4000, 11)
+    chunked = cpu_kernels.count_index_numba(t, pattern, step, threads=parts)
+    calls = []
+    monkeypatch.setattr(cpu_kernels, "_count_index_chunks", lambda *a: calls.append(a))
+    one = cpu_kernels.count_index_numba(t, pattern, step, threads=parts)
+    assert len(calls) == 1  # the chunked build is what ran above
+    one = cpu_kernels.count_index_numba(t, pattern, step, threads=1)
+    ref = _build_index_torch(seed_keys(t, pattern), pattern, step)
+    for got, want, ref_ in zip(chunked, one, (ref.ends, ref.offsets, ref.present), strict=True):
+        assert torch.equal(got, want) and torch.equal(got.to(ref_.dtype), ref_)
+
+
 def test_one_thread_stays_one_thread_in_a_fresh_process():
     """In a fresh process set to one torch thread, the filter's first kernel (which starts numba's
     OpenMP layer) leaves torch at one thread, so later intervals do not run on every core."""
