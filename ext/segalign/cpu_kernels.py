@@ -210,43 +210,6 @@ if _HAVE_NUMBA:
             out[i - start] = key
 
     @njit(nogil=True, cache=True)
-    def _index_pass(codes, care, length, step, last, offsets, present, ends, fill):
-        """One pass of the counting sort over the keys of the windows ``0, step, ... < last``, computed
-        on the fly (as :func:`_seed_keys_kernel`; no array of keys the size of the genome).
-
-        ``fill=False``: count each key into ``offsets[key + 2]`` (zeroed, one longer than the table),
-        return the valid windows.  ``fill=True`` (after a count): prefix sums (``offsets[k]``: key k's
-        first slot), ``present``, and the word ends in key order (stable: equal keys in position order).
-        """
-        if fill:
-            for k in range(present.shape[0]):
-                present[k] = offsets[k + 2] > 0
-                offsets[k + 2] += offsets[k + 1]
-        n = 0
-        lastbad = -1
-        nxt = 0  # the next base to look at for lowercase / N / separators
-        for i in range(0, last, step):
-            j_end = i + length - 1
-            while nxt <= j_end:
-                if codes[nxt] >= 4:
-                    lastbad = nxt
-                nxt += 1
-            if lastbad >= i:
-                continue
-            key = 0
-            for k in range(care.shape[0]):
-                key |= np.int64(codes[i + care[k]] & 3) << (2 * k)
-            n += 1
-            if fill:
-                # offsets[key + 1] is key's next free slot; filling advances it to key + 1's first
-                slot = offsets[key + 1]
-                ends[slot] = i + length
-                offsets[key + 1] = slot + 1
-            else:
-                offsets[key + 2] += 1
-        return n
-
-    @njit(nogil=True, cache=True)
     def _index_chunk(codes, care, length, step, lo, hi, slots, ends, fill):
         """:func:`_index_pass` over the windows ``lo, lo + step, ... < hi`` only, with its own table
         ``slots``: ``fill=False`` counts each key into ``slots[key]``; ``fill=True`` writes each window's
@@ -274,6 +237,23 @@ if _HAVE_NUMBA:
             else:
                 slots[key] += 1
         return n
+
+    @njit(nogil=True, cache=True)
+    def _index_pass(codes, care, length, step, last, offsets, present, ends, fill):
+        """One pass of the counting sort over the keys of the windows ``0, step, ... < last``, computed
+        on the fly (as :func:`_seed_keys_kernel`; no array of keys the size of the genome).
+
+        ``fill=False``: count each key into ``offsets[key + 2]`` (zeroed, one longer than the table),
+        return the valid windows.  ``fill=True`` (after a count): prefix sums (``offsets[k]``: key k's
+        first slot), ``present``, and the word ends in key order (stable: equal keys in position order).
+        """
+        if not fill:
+            return _index_chunk(codes, care, length, step, 0, last, offsets[2:], ends, False)
+        for k in range(present.shape[0]):
+            present[k] = offsets[k + 2] > 0
+            offsets[k + 2] += offsets[k + 1]
+        # offsets[key + 1] is key's next free slot; filling advances it to key + 1's first
+        return _index_chunk(codes, care, length, step, 0, last, offsets[1:], ends, True)
 
     @njit(nogil=True, cache=True, parallel=True)
     def _index_chunks(codes, care, length, step, bounds, slots, ends, fill):
