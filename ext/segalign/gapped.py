@@ -61,8 +61,9 @@ class Walls:
     consumed, last query consumed)`` of each column, so the path is a connected chain of cells
     that a later extension cannot cross.  Each base's first interval is ``lo[q, 0]`` / ``hi[q, 0]``
     (``-1``: none; 8 bytes a query base).  A base with more (a repeat stacking alignments on it)
-    keeps the rest in an overflow row: ``okeys`` (sorted) are those bases and ``orow`` their rows of
-    ``olo`` / ``ohi`` (``-1`` ends a row), so memory beyond the 8 bytes grows with the stacked bases only.
+    keeps the rest in row ``row[q]`` of the overflow table ``olo`` / ``ohi`` (``-1`` ends a row);
+    ``row`` (4 bytes a query base, ``-1``: none) is made when the first base overflows, and the
+    table grows with the stacked bases only.
     """
 
     PRIMARY = 1
@@ -70,9 +71,8 @@ class Walls:
     def __init__(self, n_q: int):
         self.lo = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
         self.hi = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
-        self.okeys = np.zeros(0, dtype=np.int32)  # query bases with an overflow row, sorted
-        self.orow = np.zeros(0, dtype=np.int32)  # their rows
-        self.ocount = np.zeros(0, dtype=np.int32)  # intervals used in each row
+        self.row: np.ndarray | None = None
+        self.ocount = np.zeros(0, dtype=np.int32)  # intervals used in each overflow row
         self.olo = np.full((0, 2), -1, dtype=np.int32)
         self.ohi = np.full((0, 2), -1, dtype=np.int32)
         self.rows = 0  # overflow rows in use
@@ -86,10 +86,7 @@ class Walls:
 
     def _rows_of(self, q: np.ndarray) -> np.ndarray:
         """The overflow row of each query base ``q`` (``-1``: none)."""
-        if not self.rows:
-            return np.full(q.size, -1, dtype=np.int32)
-        k = np.minimum(np.searchsorted(self.okeys, q), self.rows - 1)
-        return np.where(self.okeys[k] == q, self.orow[k], -1)
+        return np.full(q.size, -1, dtype=np.int32) if self.row is None else self.row[q]
 
     def stacked(self, q: np.ndarray) -> np.ndarray:
         """How many intervals (alignments) each query base ``q`` carries."""
@@ -135,25 +132,21 @@ class Walls:
         self.hi[uq[prim], 0] = hi[prim]
         over = ~prim
         if over.any():
-            oq = uq[over].astype(np.int32)  # distinct, increasing
-            new = oq[self._rows_of(oq) < 0]
-            if new.size:
-                if self.rows + new.size > self.olo.shape[0]:
-                    nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
-                    self.olo = np.concatenate([self.olo, np.full((nrows - self.olo.shape[0], self.olo.shape[1]), -1,
-                                                                 dtype=np.int32)])
-                    self.ohi = np.concatenate([self.ohi, np.full_like(self.olo[self.ohi.shape[0]:], -1)])
-                    self.ocount = np.concatenate([self.ocount, np.zeros(nrows - self.ocount.size, dtype=np.int32)])
-                keys = np.concatenate([self.okeys, new])
-                rows = np.concatenate([self.orow, np.arange(self.rows, self.rows + new.size, dtype=np.int32)])
-                order = np.argsort(keys, kind="stable")
-                self.okeys, self.orow = keys[order], rows[order]
-                self.rows += new.size
-            r = self._rows_of(oq)
+            oq = uq[over]  # distinct
+            if self.row is None:
+                self.row = np.full(self.lo.shape[0], -1, dtype=np.int32)
+            new = oq[self.row[oq] < 0]
+            if self.rows + new.size > self.olo.shape[0]:
+                nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
+                pad = np.full((nrows - self.olo.shape[0], self.olo.shape[1]), -1, dtype=np.int32)
+                self.olo, self.ohi = np.concatenate([self.olo, pad]), np.concatenate([self.ohi, pad])
+                self.ocount = np.concatenate([self.ocount, np.zeros(nrows - self.ocount.size, dtype=np.int32)])
+            self.row[new] = np.arange(self.rows, self.rows + new.size, dtype=np.int32)
+            self.rows += new.size
+            r = self.row[oq]
             oslot = self.ocount[r]
             if oslot.max() >= self.olo.shape[1]:
-                ncols = 2 * (int(oslot.max()) + 1)
-                pad = np.full((self.olo.shape[0], ncols - self.olo.shape[1]), -1, dtype=np.int32)
+                pad = np.full((self.olo.shape[0], 2 * (int(oslot.max()) + 1) - self.olo.shape[1]), -1, dtype=np.int32)
                 self.olo, self.ohi = np.concatenate([self.olo, pad], axis=1), np.concatenate([self.ohi, pad], axis=1)
             self.olo[r, oslot] = lo[over]
             self.ohi[r, oslot] = hi[over]

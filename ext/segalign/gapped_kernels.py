@@ -174,7 +174,7 @@ if numba_available():
             peak[i] = at + w // 2
 
     @njit(nogil=True, cache=True)
-    def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, okeys, orow, olo, ohi, use_cover, tb):
+    def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, wrow, use_rows, olo, ohi, use_cover, tb):
         n_t, n_q = t.shape[0], q.shape[0]
         NEG = _NEG
         # cells (I, J) exist for I <= nI, J <= nJ (the bases left in direction d)
@@ -326,10 +326,10 @@ if numba_available():
                         ut = t0 + d * (I - 1)
                         uq = q0 + d * (J - 1)
                         on = _on_wall(wlo, whi, uq, ut)
-                        if not on and okeys.shape[0] > 0:  # the base's further intervals, in its overflow row
-                            k = np.searchsorted(okeys, uq)
-                            if k < okeys.shape[0] and okeys[k] == uq:
-                                on = _on_wall(olo, ohi, orow[k], ut)
+                        if not on and use_rows:
+                            r = wrow[uq]
+                            if r >= 0:  # the base's further intervals, in its overflow row
+                                on = _on_wall(olo, ohi, r, ut)
                         if on:
                             Hn[I - base] = NEG
                             En[I - base] = NEG
@@ -436,8 +436,8 @@ def ydrop_extend_numba(
     use = cover is not None
     wlo = np.full((1, 1), -1, np.int32) if cover is None else cover.lo
     whi = wlo if cover is None else cover.hi
-    okeys = np.zeros(0, np.int32) if cover is None else cover.okeys
-    orow = np.zeros(0, np.int32) if cover is None else cover.orow
+    use_rows = cover is not None and cover.row is not None
+    wrow = cover.row if use_rows else np.full(1, -1, np.int32)
     olo = np.full((1, 1), -1, np.int32) if cover is None or not cover.rows else cover.olo
     ohi = olo if cover is None or not cover.rows else cover.ohi
     B = int(np.asarray(t0).size)
@@ -448,7 +448,7 @@ def ydrop_extend_numba(
     def one(b):
         buf = _buffers.__dict__.setdefault("tb", np.empty(1 << 16, np.uint8))
         r = _extend_one(t, q, int(t0[b]), int(q0[b]), int(dirs[b]), sc16, amb, _EFF, gap_open + gap_extend,
-                        gap_extend, ydrop, wlo, whi, okeys, orow, olo, ohi, use, buf)
+                        gap_extend, ydrop, wlo, whi, wrow, use_rows, olo, ohi, use, buf)
         _buffers.tb = r[8]  # keep the (possibly grown) traceback buffer for this thread's next extension
         return r
 

@@ -149,8 +149,8 @@ def test_walls_stacked_past_the_primary_slots_block_both_kernels():
 
 def test_walls_answer_as_the_set_of_cells_they_hold():
     """Alignments added in any query order, stacked several deep: a cell is on a wall exactly when an
-    added path passes it, and each base counts the paths through it (overflow rows are appended in
-    the order bases first overflow, while their look-up stays sorted by query base)."""
+    added path passes it, and each base counts the paths through it (overflow rows and columns grow
+    as bases stack up)."""
     rng = np.random.default_rng(3)
     walls, cells, through = Walls(200), set(), np.zeros(200, int)
     for _ in range(40):
