@@ -211,10 +211,10 @@ if _HAVE_NUMBA:
 
     @njit(nogil=True, cache=True)
     def _index_chunk(codes, care, length, step, lo, hi, slots, ends, fill):
-        """:func:`_index_pass` over the windows ``lo, lo + step, ... < hi`` only, with its own table
-        ``slots``: ``fill=False`` counts each key into ``slots[key]``; ``fill=True`` writes each window's
-        end at ``slots[key]`` (this chunk's next slot of the key) and advances it.  Returns the valid
-        windows."""
+        """The counting sort's scan of the windows ``lo, lo + step, ... < hi`` (``lo`` on the step
+        grid), keys computed on the fly; windows over lowercase, N or a record separator are skipped.
+        ``fill=False`` counts each key into ``slots[key]``; ``fill=True`` writes each window's end at
+        ``slots[key]`` (the next free slot of the key) and advances it.  Returns the valid windows."""
         n = 0
         lastbad = -1
         nxt = lo
@@ -625,7 +625,8 @@ def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int
     small = c.size + length < 2 ** 31  # every position and count fits in 32 bits
     parts = _threads() if threads is None else max(int(threads), 1)
     # chunks of the target side by side, a table each (as many as INDEX_TABLES_MAX_BYTES allows)
-    parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)), last // INDEX_CHUNK_MIN_WINDOWS)
+    parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)),
+                -(-last // int(step)) // INDEX_CHUNK_MIN_WINDOWS)
     if parts > 1:
         return _count_index_chunks(c, care, length, int(step), last, space, small, parts)
     offsets = np.zeros(space + 2, np.int32 if small else np.int64)

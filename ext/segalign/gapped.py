@@ -357,8 +357,8 @@ def _alignment(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: 
     """The alignment of columns ``tpos`` / ``qpos`` (``-1``: a gap), in its records' coordinates."""
     t_first, t_last = int(tpos[tpos >= 0].min()), int(tpos.max())
     q_first, q_last = int(qpos[qpos >= 0].min()), int(qpos.max())
-    tr = int(np.searchsorted(target.starts.numpy(), t_first, side="right")) - 1
-    qr = int(np.searchsorted(query.starts.numpy(), q_first, side="right")) - 1
+    tr = int(target.record_of(torch.tensor([t_first]))[0])
+    qr = int(query.record_of(torch.tensor([q_first]))[0])
     tt = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     qt = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
