@@ -13,15 +13,15 @@ is timed bare.  The headline is ours / SZ3 ratio (goal: >= 1/1.3) and our speed 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import torch
 
 from torchhpc.ext.core.bench import bar_plot, benchmark_parser, result_row, time_interleaved, write_results
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.foresight.compressors import get_compressor
 from torchhpc.ext.foresight.data import gaussian_random_field, load_hdf5
 
-NYX = Path(__file__).resolve().parents[2] / "shared" / "data" / "foresight" / "testing" / "z255_32.h5"
+NYX = shared_data_dir() / "foresight" / "testing" / "z255_32.h5"
 COMPRESSORS = ("ours", "sz3", "zfp", "fpzip")
 
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import time
 from fractions import Fraction
-from pathlib import Path
 
 import torch
 
 from torchhpc.ext.core.bench import benchmark_parser, write_results
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.fperror.dag import (
     ADD,
     CONST,
@@ -32,7 +32,7 @@ from torchhpc.ext.fperror.dag import (
 from torchhpc.ext.fperror.ops import analyze
 from torchhpc.ext.fperror.parsers import load
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "fperror" / "satire_large"
+DATA = shared_data_dir() / "fperror" / "satire_large"
 FILES = ["fft_1024pt_sat", "fdtd1d_64", "Scan_4096", "lorentz_70_sat", "CG_ex5_noError_K20_N27_E0.0",
          "CG_Tref_noError_K20_N20_E0.0", "CG_Pores_noError_K20_N30_E0.0", "heat1d_t32", "f_horner_50"]
 

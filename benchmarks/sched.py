@@ -36,6 +36,7 @@ from torchhpc.ext.core.bench import (
     time_interleaved,
     write_results,
 )
+from torchhpc.ext.core.data import shared_data_dir
 
 ANCHOR = "gymnasium_sync_vector"
 
@@ -174,7 +175,7 @@ def ppo_epoch(trace_path: str | None) -> dict:
 
 def main() -> None:
     ap = benchmark_parser(__doc__, repeats=3)
-    default_trace = Path(__file__).resolve().parents[2] / "shared/data/swf/lublin_256.swf"
+    default_trace = shared_data_dir() / "swf" / "lublin_256.swf"
     ap.add_argument("--trace", default=str(default_trace) if default_trace.exists() else None,
                     help="SWF trace (default: ../shared/data/swf/lublin_256.swf, else a generated Lublin trace)")
     ap.add_argument("--envs", type=int, default=32, help="envs stepped together (default 32)")

@@ -46,10 +46,11 @@ from torchhpc.ext.core.bench import (
     time_interleaved,
     write_results,
 )
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.segalign.recall import MITO_PAIRS, run_lastz
 
 REPO = Path(__file__).resolve().parents[1]
-GENOMES = REPO.parent / "shared" / "data" / "genomes"
+GENOMES = shared_data_dir() / "genomes"
 
 
 def keep_last(out: dict, key: str, fn):

@@ -32,10 +32,11 @@ from pathlib import Path
 import numpy as np
 
 from torchhpc.ext.core.bench import bar_plot, benchmark_parser, result_row, time_interleaved, write_results
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.core.runs import _pyplot
 
 ALGOS = ["anls", "gn", "hals", "mu"]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = shared_data_dir()
 # The paper's dense strong scaling to 4,096 processes (as quoted in the system's issue): parallel efficiency
 PAPER_EFFICIENCY_4096 = {"gn": 0.70, "anls": 0.55}
 

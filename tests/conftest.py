@@ -1,5 +1,13 @@
-"""Shared test set-up.
+"""Shared test set-up.  The tolerance policy, the torchrun harness and what the suite may leave behind
+are written in tests/README.md; their code is in tests/harness/.
 
+* One thread count for the whole suite: ``TORCHHPC_TEST_THREADS`` (default 1) becomes
+  ``OMP_NUM_THREADS`` for this process and every process it starts, and torch's intra-op threads.
+* Scratch space: the session makes one temporary folder, points ``TMPDIR`` (so torchrun's log
+  folders, our temporary files and every child process) and pytest's ``tmp_path`` into it, and removes
+  it at the end, so a run leaves nothing in /tmp.
+* ``PYTHONFAULTHANDLER=1`` for every child process: an abort in a rank prints the stacks of all threads.
+* ``TORCHHPC_SHARED_DATA`` overrides the shared data folder (default ``../shared/data`` beside the checkout).
 * Without CUDA, Triton kernels run under the interpreter: ``TRITON_INTERPRET=1``
   must be set before any ``@triton.jit`` function is defined, so it is set here,
   before the test modules import the kernels.
@@ -16,16 +24,44 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-import pytest
-import torch
+THREADS = int(os.environ.get("TORCHHPC_TEST_THREADS", "1"))
+os.environ["OMP_NUM_THREADS"] = str(THREADS)  # before torch is imported, and inherited by every child
+os.environ["PYTHONFAULTHANDLER"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(THREADS)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO / "tests"))  # the suite's helpers: ``from harness import ...``
+
+from torchhpc.ext.core.data import shared_data_dir  # noqa: E402
+
+SHARED_DATA = shared_data_dir()
+_SCRATCH: str | None = None
+
+
+def pytest_configure(config):
+    """One scratch folder for the session: TMPDIR for this process and its children, and pytest's basetemp."""
+    global _SCRATCH
+    if _SCRATCH is None and not hasattr(config, "workerinput"):
+        _SCRATCH = tempfile.mkdtemp(prefix="torchhpc-tests-")
+        os.environ["TMPDIR"] = _SCRATCH
+        tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+        if config.option.basetemp is None:
+            config.option.basetemp = os.path.join(_SCRATCH, "pytest")
+
+
+def pytest_unconfigure(config):
+    if _SCRATCH is not None:
+        shutil.rmtree(_SCRATCH, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,6 +110,14 @@ def pytest_make_collect_report(collector):
             rep.longrepr = f"module skipped in CI (CI=true needs every reference tool): {reason}"
 
 
+@pytest.fixture(autouse=True)
+def suite_threads():
+    """Every test starts with the suite's thread count, whatever a library call before it set."""
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
+    yield
+
+
 @pytest.fixture
 def kernel_device() -> torch.device:
     """Where Triton kernels run in this session: CUDA when present, else the CPU (interpreted)."""
@@ -82,9 +126,10 @@ def kernel_device() -> torch.device:
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """``../shared/data`` beside the checkout; tests that need it skip, saying why, where it is absent."""
+    """``$TORCHHPC_SHARED_DATA`` or ``../shared/data`` beside the checkout; tests that need it skip, saying
+    why, where it is absent."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data folder {SHARED_DATA} is absent")
+        pytest.skip(f"shared data folder {SHARED_DATA} is absent (set TORCHHPC_SHARED_DATA to its path)")
     return SHARED_DATA
 
 
@@ -96,7 +141,7 @@ def torchhpc_cli() -> list[str]:
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict | None = None):
     """Run ``torchhpc ARGS`` in a subprocess; returns the CompletedProcess (text mode)."""
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
+    full_env = dict(os.environ, **(env or {}))
     return subprocess.run(
         [*torchhpc_cli(), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env,
         stdin=subprocess.DEVNULL,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from dataclasses import fields
 
 from torchhpc.ext.collectives.config import BenchOptions, ModelOptions
 from torchhpc.ext.core.cli import command_group, config_command, job_main
@@ -40,19 +39,9 @@ def run_rank(opts: BenchOptions) -> int:
 
 def launch(opts: BenchOptions) -> int:
     """`torchhpc collectives bench`: the rank job on --nproc local ranks under torchrun."""
-    from torchhpc.ext.core.launch import torchrun
+    from torchhpc.ext.core.launch import relaunch
 
-    argv = []
-    for f in fields(BenchOptions):
-        value = getattr(opts, f.name)
-        if f.name == "nproc" or value is None:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if isinstance(value, bool):
-            argv += [flag] if value else []
-        else:
-            argv += [flag, str(value)]
-    return torchrun("torchhpc.trainers.collectives", opts.nproc, argv)
+    return relaunch(opts, "torchhpc.trainers.collectives", opts.nproc)
 
 
 def model(opts: ModelOptions) -> int:

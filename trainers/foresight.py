@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from collections.abc import Sequence
 
 from torchhpc.ext.core.cli import command_group, config_command, subcommands_main
@@ -25,15 +24,12 @@ MODULE = "torchhpc.trainers.foresight"
 
 def run_sweep_job(cfg: SweepConfig) -> int:
     """``foresight run``: the sweep in this process, its slice under torchrun, or torchrun for ``--nproc N``."""
-    from torchhpc.ext.core.config import dump_config
     from torchhpc.ext.core.distributed import distributed, launched_by_torchrun
 
     if cfg.nproc > 1 and not launched_by_torchrun():
-        from torchhpc.ext.core.launch import torchrun
+        from torchhpc.ext.core.launch import relaunch
 
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-            fh.write(dump_config(cfg))  # the resolved config, flags included, for every rank
-        return torchrun(MODULE, cfg.nproc, ["run", "--config", fh.name])
+        return relaunch(cfg, MODULE, cfg.nproc, ["run"])  # the resolved config, flags included, for every rank
     from torchhpc.ext.core.runs import open_run
     from torchhpc.ext.foresight.sweep import run_sweep
 

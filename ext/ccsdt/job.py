@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,13 +239,9 @@ def launch(options: CCSDTOptions) -> int:
 
     Raises:
         InputError: a malformed geometry or inputs file (before any rank starts).
-        DistributedError: the job failed (its ranks' messages are above).
+        JobError: the job failed: the one line of the rank that failed first.
     """
-    import tempfile
-
-    from torchhpc.ext.core.config import dump_config
-    from torchhpc.ext.core.errors import DistributedError
-    from torchhpc.ext.core.launch import torchrun
+    from torchhpc.ext.core.launch import relaunch
 
     if options.backend == "triton":
         raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
@@ -263,52 +258,7 @@ def launch(options: CCSDTOptions) -> int:
 
         shape = load_inputs(options.inputs).t1.shape
         sliced_layout(*shape, 1, options.max_memory)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "ccsdt.yaml"
-        path.write_text(dump_config(options))
-        log = Path(tmp) / "stderr.txt"
-        # the ranks' and torchrun's stderr go to a file (stdout, the report, passes through): a failed job
-        # is then the one line that explains it, not torchrun's report and every rank's traceback
-        sys.stderr.flush()
-        saved_fd = os.dup(2)
-        try:
-            with open(log, "wb") as fh:
-                os.dup2(fh.fileno(), 2)
-                rc = torchrun("torchhpc.trainers.ccsdt", options.nproc, ["--config", str(path)])
-        finally:
-            os.dup2(saved_fd, 2)
-            os.close(saved_fd)
-        text = log.read_text(errors="replace")
-    if rc != 0:
-        line = rank_error_line(text.splitlines())
-        raise DistributedError(line or f"the {options.nproc}-process (T) failed (torchrun exit status {rc})")
-    return 0
-
-
-#: a rank's error that only reports another rank's failure
-_CONSEQUENCES = ("a peer rank", "rank 0 failed", "rank 0 did not answer", "timed out", "a peer died")
-
-
-def rank_error_line(lines: list[str]) -> str | None:
-    """The line that explains a failed ``--nproc`` job, from its captured stderr: the first rank error
-    (``torchhpc.trainers.ccsdt: error: ...``) that is not a consequence of another rank's failure, else
-    the first rank error, else the rank torchrun reports killed by a signal; ``None`` when there is none."""
-    import re
-    import signal
-
-    prefix = "torchhpc.trainers.ccsdt: error: "
-    errors = [ln.strip()[len(prefix):] for ln in lines if ln.strip().startswith(prefix)]
-    primary = [e for e in errors if not any(mark in e for mark in _CONSEQUENCES)]
-    if primary or errors:
-        return (primary or errors)[0]
-    m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-\d+)", "\n".join(lines).split("Root Cause")[-1])
-    if m:
-        try:
-            name = signal.Signals(-int(m[2])).name
-        except ValueError:
-            name = f"signal {-int(m[2])}"
-        return f"rank {m[1]} was killed by {name}; the job stopped"
-    return None
+    return relaunch(options, "torchhpc.trainers.ccsdt", options.nproc)
 
 
 def report_lines(result: TriplesResult) -> list[str]:
@@ -350,4 +300,4 @@ def report_lines(result: TriplesResult) -> list[str]:
     return lines
 
 
-__all__ = ["TriplesResult", "compute", "launch", "rank_error_line", "report_lines"]
+__all__ = ["TriplesResult", "compute", "launch", "report_lines"]

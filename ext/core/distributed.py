@@ -84,11 +84,24 @@ def init_distributed(
     if backend == "nccl" and dev.type != "cuda":
         raise DistributedError("backend 'nccl' needs CUDA devices; use gloo on the CPU")
     if not dist.is_initialized():
+        _bind_functional_collectives_before_init()
         kwargs = {"backend": backend, "timeout": datetime.timedelta(seconds=timeout_s)}
         if dev.type == "cuda":
             kwargs["device_id"] = dev
         dist.init_process_group(**kwargs)
     return DistContext(rank, world, local_rank, dev, backend)
+
+
+def _bind_functional_collectives_before_init() -> None:
+    """Import ``torch.distributed.nn`` while no process group exists.
+
+    Its ``functional`` module binds ``group.WORLD`` as a default argument of ten collectives when it is
+    first imported.  Imported after ``init_process_group`` (torchrec does so), that default holds the
+    group for the life of the interpreter: ``destroy_process_group`` then leaves gloo's threads
+    (``pt_gloo_runloop``, ``gloo_tcp_loop``) running, and interpreter exit races them ("terminate called
+    without an active exception", SIGABRT).  Imported first, the default is ``None``.
+    """
+    import torch.distributed.nn  # noqa: F401
 
 
 def teardown_distributed() -> None:
@@ -101,10 +114,16 @@ def teardown_distributed() -> None:
 def distributed(
     device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0
 ) -> Iterator[DistContext]:
-    """Context manager: :func:`init_distributed` on entry, :func:`teardown_distributed` on exit."""
+    """Context manager: :func:`init_distributed` on entry, :func:`teardown_distributed` on exit.
+
+    On the way out without an error every rank first meets the others at a barrier, so no rank tears its
+    connections down while a peer still sends on them; after an error the group is destroyed at once.
+    """
     ctx = init_distributed(device, backend, timeout_s)
     try:
         yield ctx
+        if ctx.initialized and dist.is_initialized():  # the block may have torn the group down itself
+            dist.barrier()
     finally:
         teardown_distributed()
 

@@ -10,19 +10,17 @@ action times that :func:`~.simulator.calibration_from_run` fits the simulator on
 from __future__ import annotations
 
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from torchhpc.ext.core.config import ConfigError, dump_config
+from torchhpc.ext.core.config import ConfigError
 from torchhpc.ext.core.errors import DistributedError, InputError, TorchHPCError
+from torchhpc.ext.core.launch import relaunch
 
 from .config import GemsConfig
 from .partition import BlockProfile
@@ -399,149 +397,11 @@ def launch(cfg: GemsConfig, nproc: int | None = None) -> int:
     if launched_by_torchrun() or job.world_size == 1:
         train(job)
         return 0
-    with tempfile.TemporaryDirectory(prefix="gems-") as tmp:
-        path = os.path.join(tmp, "config.yaml")
-        with open(path, "w") as fh:
-            fh.write(dump_config(job))
-        return run_torchrun(job.world_size, ["--config", path])
+    return relaunch(job, JOB_PROG, job.world_size)
 
 
 JOB_PROG = "torchhpc.trainers.gems"
 
 
-class JobError(TorchHPCError):
-    """The job launched under torchrun failed; the message is its own one-line error."""
-
-
-def run_torchrun(nproc: int, argv: list[str], *, grace_s: float = 10.0) -> int:
-    """Run the gems job on ``nproc`` torchrun ranks and return 0, or raise its one error line.
-
-    torchrun's own output on stderr (its tracebacks, one error per rank) is captured: on success it is passed
-    through; on failure the user gets the job's error (the rank that failed first, not the peers that then
-    lost it), or which rank was killed by a signal.  torchrun runs in its own process group and its ranks in
-    their own sessions: Ctrl-C stops all of them (SIGINT, then SIGKILL after ``grace_s``).
-
-    Raises:
-        JobError: the job failed (its one line).
-    """
-    import threading
-
-    from torchhpc.ext.core.launch import torchrun_command
-
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    proc = subprocess.Popen(torchrun_command(JOB_PROG, nproc, argv), env=env, stderr=subprocess.PIPE, text=True,
-                            errors="replace", start_new_session=True)
-    lines: list[str] = []
-
-    def read() -> None:
-        for line in proc.stderr:
-            if line.startswith(("torchhpc: warning:", f"{JOB_PROG}: warning:")):
-                sys.stderr.write(line)  # the job's warnings, as they come
-                sys.stderr.flush()
-            else:
-                lines.append(line)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    try:
-        rc = proc.wait()
-    except BaseException:
-        _stop_job(proc, grace_s)
-        raise
-    finally:
-        if proc.poll() is None:
-            _stop_job(proc, grace_s)
-    reader.join(timeout=5)
-    if rc == 0:
-        sys.stderr.write("".join(lines))
-        return 0
-    line = job_error_line(lines)
-    if line is None:  # not an error the job knows: show everything
-        sys.stderr.write("".join(lines))
-        return rc
-    raise JobError(line)
-
-
-_SECONDARY = ("a peer rank", "from a neighbour", "timed out", "interrupted")
-
-
-def job_error_line(lines: list[str]) -> str | None:
-    """The one line that explains a failed torchrun job: the first rank error that is not a consequence of
-    another rank's failure, else the rank torchrun saw killed by a signal, else the first rank error."""
-    import re
-
-    prefix = f"{JOB_PROG}: error: "
-    errors = [ln.strip()[len(prefix):] for ln in lines if ln.startswith(prefix)]
-    primary = [e for e in errors if not any(mark in e for mark in _SECONDARY)]
-    if primary:
-        return primary[0]
-    text = "".join(lines)
-    root = text.split("Root Cause", 1)  # torchrun's report: the first failure it observed
-    for m in re.finditer(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-\d+)", root[-1]):
-        try:
-            name = signal.Signals(-int(m[2])).name
-        except ValueError:
-            name = f"signal {-int(m[2])}"
-        return f"rank {m[1]} was killed by {name} (the rank died); the job stopped"
-    return errors[0] if errors else None
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc; empty where there is none)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _stop_job(proc: subprocess.Popen, grace_s: float) -> None:
-    """SIGINT to torchrun's group and to every rank; SIGKILL to whatever is left after ``grace_s``."""
-    pids = _descendants(proc.pid)
-    for send in (lambda: os.killpg(proc.pid, signal.SIGINT), *[
-            (lambda p=p: os.kill(p, signal.SIGINT)) for p in pids]):
-        try:
-            send()
-        except (ProcessLookupError, PermissionError):
-            pass
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    deadline = time.time() + grace_s
-    while time.time() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.2)
-    for p in [*pids, proc.pid]:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    proc.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-__all__ = ["JobError", "build_data", "build_model", "check_job", "check_resume", "intact_checkpoint",
-           "job_error_line", "launch", "make_optimizer", "partition_report", "profile", "run_torchrun",
-           "sample_shape", "stage_bounds", "train"]
+__all__ = ["build_data", "build_model", "check_job", "check_resume", "intact_checkpoint", "launch",
+           "make_optimizer", "partition_report", "profile", "sample_shape", "stage_bounds", "train"]

@@ -146,13 +146,7 @@ def _run(cfg: SymnmfJob, ctx) -> dict:
 
 def launch(cfg: SymnmfJob) -> int:
     """``torchhpc symnmf run --dist.nproc N``: torchrun with the resolved config (written to a temp file)."""
-    import tempfile
+    from torchhpc.ext.core.launch import relaunch
 
-    from torchhpc.ext.core.config import dump_config
-    from torchhpc.ext.core.launch import torchrun
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.yaml"
-        child = dataclasses.replace(cfg, dist=dataclasses.replace(cfg.dist, nproc=1))
-        path.write_text(dump_config(child))
-        return torchrun("torchhpc.trainers.symnmf", cfg.dist.nproc, ["--config", str(path)])
+    child = dataclasses.replace(cfg, dist=dataclasses.replace(cfg.dist, nproc=1))
+    return relaunch(child, "torchhpc.trainers.symnmf", cfg.dist.nproc)

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import pytest
+from harness.multiproc import torchrun
 
-from torchhpc.ext.core.launch import torchrun_command
 from torchhpc.ext.segalign.simulate import simulate_pair
 
 
@@ -24,9 +21,8 @@ def test_two_ranks_write_exactly_the_one_process_output(tmp_path, capsys):
     args = [str(tmp_path / "t.fa"), str(tmp_path / "q.fa"), "--interval", "1000", "--stats"]
     assert main(["align", *args, "--output", str(tmp_path / "one.maf")]) == 0
     one_stats = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-    res = subprocess.run(torchrun_command("torchhpc.trainers.segalign", 2,
-                                          [*args, "--output", str(tmp_path / "two.maf")]),
-                         capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    res = torchrun(2, ["-m", "torchhpc.trainers.segalign", *args, "--output", str(tmp_path / "two.maf")],
+                   timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     two = (tmp_path / "two.maf").read_bytes()
     assert two == (tmp_path / "one.maf").read_bytes() and two.count(b"\na score=") >= 4

@@ -1,14 +1,20 @@
 """``torchhpc ccsdt`` on water prints the same energies and report lines as before the refactor.
 
 The pinned values were produced by the code before the refactor (commit 67fa2f8), in-process
-``main`` with ``--threads 1``; a refactor that changes any of them fails here. Energies are
-compared to 1e-12 relative (a different thread count moves them by ~1e-14), report lines as text
-(timings left out).
+``main`` with ``--threads 1``; a refactor that changes any of them fails here.
+
+Classified by the suite's tolerance policy (tests/README.md): the report's words, orbital counts and
+basis are exact; energies come from PySCF's SCF and CCSD iterations and our (T) contractions, all
+BLAS-bound float64, and are compared to 1e-12 relative (a different thread count or CPU moves them by
+~1e-14 relative).  A printed energy is compared as a number, to one unit of its last printed digit on top
+of that: the rounding to 10 decimals is a discrete step that a last-bit change can cross.  Timings are
+left out.  Bit-for-bit equality of a refactor is checked outside the suite (``tools/compare_commits.py``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -43,6 +49,19 @@ REPORT_INPUTS = [
 ]
 
 
+_NUMBER = re.compile(r"-?\d+\.\d+")
+
+
+def assert_report(lines: list[str], pinned: list[str]) -> None:
+    """Report lines equal the pinned ones: text exactly, decimals to 1e-12 relative plus one printed unit."""
+    assert len(lines) == len(pinned), lines
+    for got, want in zip(lines, pinned, strict=True):
+        assert _NUMBER.sub("#", got) == _NUMBER.sub("#", want), (got, want)
+        for g, w in zip(_NUMBER.findall(got), _NUMBER.findall(want), strict=True):
+            unit = 10.0 ** -len(w.split(".")[1])
+            assert abs(float(g) - float(w)) <= unit + 1e-12 * abs(float(w)), (got, want)
+
+
 def _cut(line: str) -> str:
     """A report line without its timings (E(T)'s seconds and GFLOP/s, the timings line's figures)."""
     if line.startswith("E(T) "):
@@ -55,7 +74,7 @@ def _cut(line: str) -> str:
 def test_report_and_json_are_pinned(tmp_path, capsys):
     """Report lines, JSON energies and the --inputs rerun equal the pre-refactor output."""
     assert main(["--atom", WATER, "--basis", "sto-3g", "--threads", "1"]) == 0
-    assert [_cut(x) for x in capsys.readouterr().out.strip().splitlines()] == REPORT_STO3G
+    assert_report([_cut(x) for x in capsys.readouterr().out.strip().splitlines()], REPORT_STO3G)
 
     npz = tmp_path / "water.npz"
     assert main(["--atom", WATER, "--basis", "6-31g", "--frozen-core", "--threads", "1", "--json",
@@ -66,4 +85,4 @@ def test_report_and_json_are_pinned(tmp_path, capsys):
         assert out[key] == pytest.approx(value, rel=1e-12, abs=0), key
 
     assert main(["--inputs", str(npz), "--threads", "1"]) == 0
-    assert [_cut(x) for x in capsys.readouterr().out.strip().splitlines()] == REPORT_INPUTS
+    assert_report([_cut(x) for x in capsys.readouterr().out.strip().splitlines()], REPORT_INPUTS)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.trainers.fperror import main
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "fperror"
+DATA = shared_data_dir() / "fperror"
 
 
 def test_analyze_json(shared_data, capsys):

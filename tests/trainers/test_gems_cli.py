@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness.multiproc import torchrun
 
 REPO = Path(__file__).resolve().parents[2]
 DEBUG = str(REPO / "configs/gems/debug.yaml")
 
 
 def _torchrun(nproc: int, args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-           "-m", "torchhpc.trainers.gems", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL,
-                          cwd=REPO)
+    return torchrun(nproc, ["-m", "torchhpc.trainers.gems", *args], timeout=timeout, cwd=REPO)
 
 
 def _losses(run_dir: Path) -> list[float]:

@@ -1,23 +1,32 @@
-"""Pinned results of the gems debug config: a refactor of the trainer must reproduce them exactly.
+"""Pinned results of the gems debug config: a refactor of the trainer must reproduce them.
 
 The values below were produced by the code before the refactor "One shape for every system", at commit
 67fa2f8 (``torchrun --nproc-per-node 2 -m torchhpc.trainers.gems --config configs/gems/debug.yaml``,
 ``torchhpc gems partition`` and ``torchhpc gems simulate`` on that config, OMP_NUM_THREADS=1, on a CPU).
 The stages are balanced by memory (``--set pipeline.balance_by=memory``), so the split is a function of
-byte counts rather than of measured times. Losses, bounds and byte counts are compared with ``==``, the
-simulated all-reduce times with 1e-12 relative; wall-clock figures (times, samples/s, the order in which
-two MAST replicas interleave and so their stash peaks) are left out.
+byte counts rather than of measured times.
+
+Classified by the suite's tolerance policy (tests/README.md):
+
+* exact: stage bounds, byte counts, steps, batch and world sizes, the partition table (byte counts
+  printed in MiB), the simulated schedules' sizes and memory;
+* float32 trajectory (rel 1e-5): the training losses, which come out of oneDNN/MKL GEMMs whose kernels
+  differ by CPU model (one float32 ulp moved on another Xeon);
+* float64 arithmetic of fixed inputs (rel 1e-12): the simulated all-reduce times;
+* left out: wall-clock figures (times, samples/s, the order in which two MAST replicas interleave and so
+  their stash peaks).
+
+Bit-for-bit equality of a refactor is checked outside the suite, on one host (``tools/compare_commits.py``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness.multiproc import torchrun
+from harness.tolerance import FLOAT32_TRAJECTORY, FLOAT64_FIXED, assert_close_tree
 
 REPO = Path(__file__).resolve().parents[2]
 DEBUG = str(REPO / "configs/gems/debug.yaml")
@@ -51,19 +60,17 @@ SIMULATE = [
 @pytest.mark.distributed
 def test_debug_run_losses_are_pinned(tmp_path):
     """The debug config's MAST run on 2 gloo processes logs the pinned loss of every update."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "torchhpc.trainers.gems", "--config", DEBUG, *BY_MEMORY, "--set", f"run.root={tmp_path}",
-           "--set", "run.run_id=pinned"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                         stdin=subprocess.DEVNULL, cwd=REPO)
+    res = torchrun(2, ["-m", "torchhpc.trainers.gems", "--config", DEBUG, *BY_MEMORY, "--set", f"run.root={tmp_path}",
+                       "--set", "run.run_id=pinned"], timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "gems" / "pinned"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
-    assert [r["loss"] for r in rows] == DEBUG_LOSSES
+    assert_close_tree([r["loss"] for r in rows], DEBUG_LOSSES, FLOAT32_TRAJECTORY, where="loss")
     summary = json.loads((run / "summary.json").read_text())
     assert summary["bounds"] == DEBUG_BOUNDS
-    assert summary["first_loss"] == DEBUG_LOSSES[0] and summary["final_loss"] == DEBUG_LOSSES[-1]
+    assert_close_tree([summary["first_loss"], summary["final_loss"]], [DEBUG_LOSSES[0], DEBUG_LOSSES[-1]],
+                      FLOAT32_TRAJECTORY, where="summary")
     assert summary["global_batch"] == 8 and summary["world_size"] == 2
     assert [r["static_bytes"] for r in summary["peak_memory_per_rank"]] == DEBUG_STATIC_BYTES
 
@@ -82,7 +89,7 @@ def test_partition_and_simulated_figures_are_pinned(cli):
     for row, want in zip(got, SIMULATE, strict=True):
         for key, value in want.items():
             if key == "allreduce_s":
-                assert row[key] == pytest.approx(value, rel=1e-12, abs=0), (want["schedule"], key)
+                assert_close_tree(row[key], value, FLOAT64_FIXED, where=f"{want['schedule']}.{key}")
             else:
                 assert row[key] == value, (want["schedule"], want["devices"], key)
         assert row["step_s"] >= 0.003  # the 3 ms per update is in every update

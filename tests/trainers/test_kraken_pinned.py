@@ -1,18 +1,24 @@
-"""``torchhpc kraken train`` on configs/kraken/debug.yaml gives exactly the metrics it gave before the refactor.
+"""``torchhpc kraken train`` on configs/kraken/debug.yaml gives the metrics it gave before the refactor.
 
 The numbers below were produced by the code before the refactor ("One shape for every system"), at commit
-67fa2f8, with ``OMP_NUM_THREADS=1`` (as the ``cli`` fixture runs it).  A change that moves code must leave
-every one of them identical; only a change that means to alter the results may update them, and says so.
+67fa2f8, with ``OMP_NUM_THREADS=1``.  A change that moves code must leave them as they are; only a change
+that means to alter the results may update them, and says so.
 
 Updated once, by the table-batched embeddings (one lookup pass, one gather, one pooling over all features,
 one optimizer step): the loss, AUC and log-loss figures moved in their 8th-10th significant digit, nothing
 else (rows, admissions, evictions, bytes, deltas and checkpoints are the same).  The cause is float summation
 order alone: the backward of torch's CPU ``embedding_bag`` adds the gradient contributions of a row in an
-order that depends on the whole call's indices, so pooling all features in one call adds them in another
-order than one call per feature (last-bit differences, which training then carries on).  Checked: the new
-code with the pooling split back into one ``embedding_bag`` call per feature reproduces the old figures
-(``0.7374335393465211`` ... ``0.5608243325840264``) bit for bit; the new lookup, admission, eviction and
-optimizer step change no bit (``tests/ext/kraken/test_batched.py`` pins them against the per-table ops).
+order that depends on the whole call's indices.
+
+Classified by the suite's tolerance policy (tests/README.md):
+
+* exact: steps, table rows, admissions, evictions, bytes, rows in deltas, checkpoint files (counts of IDs,
+  which no float decides), and the CTR (a mean of 0/1 labels: an integer sum, exact in any order);
+* float32 trajectory (rel 1e-5): loss and log-loss, from GEMMs whose kernels differ by CPU model;
+* AUC to 4 / (n_pos * n_neg): a pair of predictions that swaps order (or ties) moves it by
+  1 / (n_pos * n_neg); on another CPU it moved by 6.5e-8.
+
+Bit-for-bit equality of a refactor is checked outside the suite, on one host (``tools/compare_commits.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import json
 from pathlib import Path
 
 import pytest
+from harness.tolerance import FLOAT32_TRAJECTORY, assert_close_tree
 
 pytest.importorskip("torchrec")
 
@@ -57,6 +64,12 @@ PINNED_SUMMARY = {
 PINNED_CHECKPOINTS = ["delta-00000040.pt", "delta-00000050.pt", "full-00000030.pt", "full-00000060.pt"]
 
 
+def _auc_tolerance(samples: int, ctr: float) -> tuple[float, float]:
+    """``(rel, abs)`` for an AUC over ``samples`` predictions: a few swapped or tied pairs."""
+    n_pos = round(ctr * samples)
+    return 0.0, 4.0 / (n_pos * (samples - n_pos))
+
+
 def test_debug_run_is_pinned(cli, tmp_path):
     """The debug config's loss, windowed AUC/log-loss, table rows, summary and checkpoint files are unchanged."""
     res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
@@ -65,7 +78,14 @@ def test_debug_run_is_pinned(cli, tmp_path):
     run = tmp_path / "kraken" / "r"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     got = [(r["step"], r["loss"], r["auc"], r["logloss"], r["ctr"], r["rows"], r["table_mb"]) for r in rows]
-    assert got == PINNED_STEPS
+    assert len(got) == len(PINNED_STEPS)
+    for g, (step, loss, auc, logloss, ctr, n_rows, table_mb) in zip(got, PINNED_STEPS, strict=True):
+        # the window (50,000 samples) holds every sample so far: 128 a step
+        assert (g[0], g[4], g[5], g[6]) == (step, ctr, n_rows, table_mb)
+        assert_close_tree([g[1], g[3]], [loss, logloss], FLOAT32_TRAJECTORY, where=f"step {step} loss/logloss")
+        assert_close_tree(g[2], auc, _auc_tolerance(128 * step, ctr), where=f"step {step} auc")
     summary = json.loads((run / "summary.json").read_text())
-    assert {k: summary[k] for k in PINNED_SUMMARY} == PINNED_SUMMARY
+    rules = {"auc": _auc_tolerance(128 * PINNED_SUMMARY["steps"], PINNED_STEPS[-1][4]), "logloss": FLOAT32_TRAJECTORY,
+             "mean_logloss": FLOAT32_TRAJECTORY, "loss": FLOAT32_TRAJECTORY}
+    assert_close_tree({k: summary[k] for k in PINNED_SUMMARY}, PINNED_SUMMARY, (0.0, 0.0), rules=rules)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == PINNED_CHECKPOINTS

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from harness.multiproc import torchrun
 
 REPO = Path(__file__).resolve().parents[2]
 DEBUG = str(REPO / "configs/sched/debug.yaml")
@@ -199,11 +197,8 @@ def test_torchrun_two_rollout_workers(tmp_path, extra):
     and F1 prior, with a step size that makes KL backtracking act) with synchronised gradients and one run
     folder; with GAE its first epoch equals one process's PPO update on the union of the two ranks' rollouts
     (:func:`one_process_epoch`): the same windows, metrics, and weights up to round-off."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
-           "--set", "run.run_id=dist", "--set", "run.progress=false", *extra]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
+    res = torchrun(2, ["-m", "torchhpc.trainers.sched", "--config", DEBUG, "--set", f"run.root={tmp_path}",
+                       "--set", "run.run_id=dist", "--set", "run.progress=false", *extra], timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "dist"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

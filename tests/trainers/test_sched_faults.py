@@ -334,25 +334,21 @@ def test_train_then_resume_equals_one_run(trained, tmp_path, capsys):
 def test_torchrun_resume_skips_a_checkpoint_damaged_on_one_rank(tmp_path):
     """Under torchrun the resume point is the newest epoch whose shard reads on every rank: rank 1's newest
     shard truncated, the job says so once (not once per rank) and ends where the undamaged run ended."""
-    import os
-    import subprocess
-    import sys
+    from harness.multiproc import torchrun
 
-    def torchrun(*extra: str) -> subprocess.CompletedProcess:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "torchhpc.trainers.sched", *TINY, "--set", f"run.root={tmp_path}", "--set", "run.run_id=d",
-               "--set", "ppo.epochs=2", "--set", "ppo.trajectories=8", *extra]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    def train(*extra: str):
+        return torchrun(2, ["-m", "torchhpc.trainers.sched", *TINY, "--set", f"run.root={tmp_path}",
+                            "--set", "run.run_id=d", "--set", "ppo.epochs=2", "--set", "ppo.trajectories=8", *extra],
+                        timeout=300)
 
-    res = torchrun()
+    res = train()
     assert res.returncode == 0, res.stderr[-3000:]
     run_dir = tmp_path / "sched" / "d"
     ck = run_dir / "checkpoints"
     before = [torch.load(ck / f"ckpt-00000002.rank{r}.pt", weights_only=False)["state"]["agent"] for r in (0, 1)]
     rows = _rows(run_dir)
     (ck / "ckpt-00000002.rank1.pt").write_bytes((ck / "ckpt-00000002.rank1.pt").read_bytes()[:100])
-    res = torchrun("--set", "run.resume=true")
+    res = train("--set", "run.resume=true")
     assert res.returncode == 0, res.stderr[-3000:]
     warns = [x for x in res.stderr.splitlines() if "warning" in x]
     assert len(warns) == 1 and "ckpt-00000002.rank1.pt" in warns[0] and "epoch 1" in warns[0], res.stderr

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from harness.multiproc import torchrun
 
 from torchhpc.trainers import symnmf as trainer
 
@@ -116,11 +114,8 @@ def test_isolated_nodes_are_reported_and_labelled_minus_one(tmp_path, capsys):
 def test_torchrun_job_on_2d_grid_matches_one_process(tmp_path, shared_data):
     """`torchrun -m torchhpc.trainers.symnmf` on a 1 x 2 grid gives the single-process labels and residual."""
     football = str(shared_data / "graphs" / "football.gml")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                          "-m", "torchhpc.trainers.symnmf", "--config", DEBUG, "--graph", football,
-                          "--dist.grid", "2d", "--output", str(tmp_path / "d"), "--json"],
-                         capture_output=True, text=True, timeout=240, env=env, cwd=REPO)
+    res = torchrun(2, ["-m", "torchhpc.trainers.symnmf", "--config", DEBUG, "--graph", football,
+                       "--dist.grid", "2d", "--output", str(tmp_path / "d"), "--json"], timeout=240, cwd=REPO)
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads(res.stdout.strip().splitlines()[-1])
     assert s["processes"] == 2 and s["grid"] == [1, 2]

@@ -1,23 +1,19 @@
 """The distributed and out-of-core (T): equal to one in-core process and to PySCF, with the plan checked.
 
-The 2-rank case runs on gloo under torchrun (one launch: ``ccsdt_dist_worker.py``); the cost-sorted
+The 2-rank cases run on gloo under torchrun (``ccsdt_dist_worker.py``, ``dead_peer_worker.py``); the cost-sorted
 assignment, the cache prediction and the out-of-core path are checked in-process against brute force.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
-import sys
-import textwrap
-import time
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from harness.multiproc import torchrun
 
 from torchhpc.ext.ccsdt import occupied_triples, save_inputs, triples_energy
 from torchhpc.ext.ccsdt.distributed import assign_work, exchange_plan, owner
@@ -31,10 +27,11 @@ from torchhpc.ext.ccsdt.slices import (
     triple_bytes,
     triple_flops,
 )
-from torchhpc.ext.core.errors import DistributedError, InputError
+from torchhpc.ext.core.errors import InputError
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "ccsdt_dist_worker.py"
+DEAD_PEER_WORKER = HERE / "dead_peer_worker.py"
 WATER = "O 0 0 0.1173; H 0 0.7572 -0.4692; H 0 -0.7572 -0.4692"
 
 
@@ -181,17 +178,8 @@ def test_two_gloo_ranks_equal_one_process_and_pyscf(water, tmp_path):
     only their own integral slices, and `torchrun -m torchhpc.trainers.ccsdt` all give every rank the
     one-process E(T) to 1e-12 Eh and PySCF's to 1e-10 Eh, with the load imbalance reported."""
     out = tmp_path / "out.json"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                             str(WORKER), str(out), str(water["npz"])], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        _, err = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:  # never leave the ranks behind: the whole session goes
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, err[-3000:]
+    res = torchrun(2, [str(WORKER), str(out), str(water["npz"])], timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(out.read_text())
     for case in ("library", "tight"):
         for e in got[case]["energies"]:
@@ -216,34 +204,14 @@ def test_two_gloo_ranks_equal_one_process_and_pyscf(water, tmp_path):
 def test_a_dead_peer_fails_within_the_timeout(water, tmp_path):
     """A rank that dies after joining makes its peer fail with one DistributedError within the timeout,
     instead of hanging."""
-    import socket
-
-    import torch.distributed as dist
-
-    from torchhpc.ext.ccsdt.distributed import triples_energy_distributed
-
-    with socket.socket() as sock:  # a free port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    child = textwrap.dedent(f"""
-        import datetime, os, torch.distributed as dist
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=1, world_size=2,
-                                timeout=datetime.timedelta(seconds=20))
-        os._exit(3)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", child], env=dict(os.environ, OMP_NUM_THREADS="1"))
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2,
-                                timeout=__import__("datetime").timedelta(seconds=20))
-        t0 = time.perf_counter()
-        with pytest.raises(DistributedError, match="rank 0: a peer rank died or did not answer within 5 s"):
-            triples_energy_distributed(*water["inputs"].arrays(), timeout_s=5)
-        assert time.perf_counter() - t0 < 25
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        proc.wait(timeout=30)
-    assert proc.returncode == 3
+    # rank 1 joins and ends with os._exit(3); rank 0 runs the (T) with timeout_s=5 (see dead_peer_worker.py)
+    res = torchrun(2, [str(DEAD_PEER_WORKER), str(tmp_path), str(water["npz"]), "5"], timeout=300)
+    assert res.returncode != 0
+    assert (tmp_path / "rank0.txt").is_file(), res.stderr[-3000:]  # rank 0 ended by itself, with a line
+    got = (tmp_path / "rank0.txt").read_text()
+    assert got.count("\n") == 1, got
+    assert got.startswith("DistributedError: rank 0: a peer rank died or did not answer within 5 s "), got
+    assert re.search(r"exitcode\s*:\s*3\b", res.stderr), res.stderr[-3000:]  # torchrun saw rank 1 die
 
 
 def test_nproc_checks_the_input_before_launching(water, tmp_path, monkeypatch, capsys):
@@ -255,7 +223,7 @@ def test_nproc_checks_the_input_before_launching(water, tmp_path, monkeypatch, c
 
     calls = []
 
-    def fake_torchrun(module, nproc, argv):
+    def fake_torchrun(module, nproc, argv, **kwargs):
         from torchhpc.ext.ccsdt.config import CCSDTOptions
 
         calls.append((module, nproc, load_config(CCSDTOptions, argv[1])))
@@ -292,22 +260,6 @@ def test_cost_model_compute_bound_and_saturation():
     rows = scaling_table(o, v, free, ranks=(1, pairs, 2 * pairs))
     assert rows[2]["busy_ranks"] == pairs and rows[2]["seconds"] == pytest.approx(rows[1]["seconds"])
     assert scaling_table(o, v, free, ranks=(1, 2 * pairs), granularity="triple")[1]["busy_ranks"] == 2 * pairs
-
-
-def test_a_failed_nproc_job_is_explained_by_its_cause():
-    """From the captured stderr of a failed --nproc job the user gets the failing rank's own error over its
-    peers' consequences, else the rank torchrun saw killed, else nothing (the exit status is reported)."""
-    from torchhpc.ext.ccsdt.job import rank_error_line
-
-    peer = "torchhpc.trainers.ccsdt: error: rank 1: rank 0 failed: bad.npz: not a zip file\n"
-    own = "torchhpc.trainers.ccsdt: error: bad.npz: not a zip file\n"
-    assert rank_error_line(["W1202 warning\n", peer, own, "Traceback (most recent call last):\n"]) == \
-        "bad.npz: not a zip file"
-    assert rank_error_line([peer]) == "rank 1: rank 0 failed: bad.npz: not a zip file"
-    report = ["Root Cause (first observed failure):\n", "[0]:\n", "  rank      : 1 (local_rank: 1)\n",
-              "  exitcode  : -9 (pid: 12)\n"]
-    assert rank_error_line(report) == "rank 1 was killed by SIGKILL; the job stopped"
-    assert rank_error_line(["Traceback (most recent call last):\n", "ValueError: boom\n"]) is None
 
 
 def test_nproc_checks_the_budget_before_launching(water, monkeypatch, capsys):

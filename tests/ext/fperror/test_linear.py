@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.fperror import analyze, load, parse_satire
 from torchhpc.ext.fperror import ops as fops
 from torchhpc.ext.fperror.linear import affine_ranges, dependence, is_linear
 from torchhpc.ext.fperror.reference import sampled_errors
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fperror"
+DATA = shared_data_dir() / "fperror"
 
 
 def _ranges(dag):

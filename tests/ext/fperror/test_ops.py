@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.fperror import BoundOptions, analyze, parse_satire
 
@@ -87,12 +88,11 @@ def test_bound_options_reject_bad_values():
 @pytest.mark.parametrize("name,window", [("jetEngine", (5, 10)), ("sine", (3, 6)), ("kepler2", (4, 8))])
 def test_abstraction_is_sound_and_close(shared_data, name, window):
     """Cutting the DAG (Satire's abstraction) keeps the bound above the sampled error and within 2x."""
-    from pathlib import Path
 
     from torchhpc.ext.fperror import load
     from torchhpc.ext.fperror.reference import sampled_errors
 
-    path = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fperror" / "satire_fpbench_style"
+    path = shared_data_dir() / "fperror" / "satire_fpbench_style"
     dag = load(path / f"{name}.txt")
     full = analyze(dag, abstraction="off", bb_max_nodes=0)
     cut = analyze(dag, abstraction=window, bb_max_nodes=0)
@@ -110,7 +110,7 @@ def test_abstraction_spec_is_checked():
         BoundOptions(abstraction="9:3")
 
 
-_SMALL = sorted((__import__("pathlib").Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fperror"
+_SMALL = sorted((shared_data_dir() / "fperror"
                  / "satire_fpbench_style").glob("*.txt"))
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.fperror import analyze, load, parse, parse_fpcore
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fperror"
+DATA = shared_data_dir() / "fperror"
 
 
 @pytest.mark.parametrize("name", ["doppler1", "rigidBody2", "turbine1", "sqroot", "jetEngine", "kepler1"])

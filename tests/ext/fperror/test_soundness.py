@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.fperror import BoundOptions, analyze_file, load
 from torchhpc.ext.fperror.reference import sampled_errors
 
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "fperror"
+DATA = shared_data_dir() / "fperror"
 SATIRE = sorted((DATA / "satire_fpbench_style").glob("*.txt"))
 FPTAYLOR = sorted((DATA / "fptaylor_format").glob("*.txt"))
 # work is bounded by the iteration counts, never by the clock: results do not depend on the machine's load

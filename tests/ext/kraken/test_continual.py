@@ -4,15 +4,14 @@ serving replica, and sharded training on 2 gloo ranks equal to one process."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from harness.multiproc import torchrun, wait_until
 
 pytest.importorskip("torchrec")
 
@@ -82,14 +81,14 @@ def test_kill_and_resume_loses_no_row_or_optimizer_state(tmp_path):
     args = [sys.executable, "-m", "torchhpc.trainers.kraken", "--config", str(DEBUG),
             "--set", f"run.root={tmp_path}", "--set", "run.run_id=killed", "--set", "run.progress=false",
             "--set", "train.steps=100000", "--set", "checkpoint.full_every=50"]
-    proc = subprocess.Popen(args, env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     ck = tmp_path / "kraken" / "killed" / "checkpoints"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (ck / "delta-00000070.pt").exists():
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    try:
+        wait_until((ck / "delta-00000070.pt").exists, timeout=300, what="the delta checkpoint of step 70",
+                   proc=proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
     assert (ck / "full-00000050.pt").exists(), proc.stderr.read().decode()[-2000:]
     summary = train(_cfg(tmp_path, "killed", "run.resume=true", "train.steps=120", "checkpoint.full_every=50"),
                     verbose=False)
@@ -120,13 +119,11 @@ def test_sharded_two_ranks_equals_one_process(tmp_path):
     """Rows sharded by ID hash over 2 gloo ranks (all-to-all lookups and gradient pushes) hold the same
     rows, optimizer state and dense weights as one process on the whole batch."""
     extra = ["tables.max_rows=100000", "train.steps=30", "checkpoint.full_every=30"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "torchhpc.trainers.kraken", "--config", str(DEBUG), "--set", f"run.root={tmp_path}",
-           "--set", "run.run_id=sharded", "--set", "run.progress=false"]
+    target = ["-m", "torchhpc.trainers.kraken", "--config", str(DEBUG), "--set", f"run.root={tmp_path}",
+              "--set", "run.run_id=sharded", "--set", "run.progress=false"]
     for e in extra:
-        cmd += ["--set", e]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"),
-                         stdin=subprocess.DEVNULL)
+        target += ["--set", e]
+    res = torchrun(2, target, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
     train(_cfg(tmp_path, "single", *extra), verbose=False)
     single = _final_state(tmp_path, "single")["model"]

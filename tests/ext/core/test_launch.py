@@ -1,0 +1,111 @@
+"""Launching a job under torchrun from a command: the resolved config, one error line, nothing left behind."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+from torchhpc.ext.core.config import option
+from torchhpc.ext.core.errors import ConfigError
+from torchhpc.ext.core.launch import JobError, job_error_line, relaunch, torchrun
+
+JOB = "launch_probe_job"
+
+
+@dataclass
+class ProbeOptions:
+    """What the probe job does."""
+
+    fail_rank: int = option(-1, help="the rank that raises a user error (-1: none)")
+    out: str = option("", help="folder each rank writes its resolved options to")
+
+
+@pytest.fixture
+def probe(tmp_path, monkeypatch):
+    """A job module on PYTHONPATH: each rank writes the options it got; ``fail_rank`` fails with one line,
+    the other ranks then fail as peers of a dead rank."""
+    (tmp_path / f"{JOB}.py").write_text(textwrap.dedent(f"""
+        import os, sys
+        from dataclasses import asdict, dataclass
+        import torch.distributed as dist
+        from torchhpc.ext.core.cli import job_main
+        from torchhpc.ext.core.config import option
+        from torchhpc.ext.core.distributed import distributed
+        from torchhpc.ext.core.errors import InputError
+
+        @dataclass
+        class ProbeOptions:
+            fail_rank: int = option(-1, help="the rank that raises")
+            out: str = option("", help="folder")
+
+        def run(opts):
+            with distributed(device="cpu", timeout_s=30) as ctx:
+                with open(os.path.join(opts.out, f"rank{{ctx.rank}}.txt"), "w") as fh:
+                    fh.write(repr(asdict(opts)))
+                if ctx.rank == opts.fail_rank:
+                    raise InputError("the probe's own error")
+                dist.barrier()
+            return 0
+
+        sys.exit(job_main({JOB!r}, ProbeOptions, run))
+    """))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    (tmp_path / "out").mkdir()
+    return tmp_path / "out"
+
+
+def _scratch_entries() -> set[str]:
+    return set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+
+
+@pytest.mark.distributed
+def test_relaunch_passes_the_resolved_options_and_leaves_nothing_behind(probe):
+    """Every rank gets the options given in Python (through a temporary YAML file); afterwards neither that
+    file nor torchrun's log folders remain in TMPDIR."""
+    before = _scratch_entries()
+    assert relaunch(ProbeOptions(out=str(probe)), JOB, 2) == 0
+    for rank in (0, 1):
+        assert (probe / f"rank{rank}.txt").read_text() == repr({"fail_rank": -1, "out": str(probe)})
+    assert _scratch_entries() == before
+
+
+@pytest.mark.distributed
+def test_a_failing_rank_is_one_line(probe):
+    """Rank 1 fails with a user error, rank 0 then loses its peer: the launcher raises rank 1's own line."""
+    before = _scratch_entries()
+    with pytest.raises(JobError) as err:
+        relaunch(ProbeOptions(fail_rank=1, out=str(probe)), JOB, 2)
+    assert str(err.value) == "the probe's own error"
+    assert _scratch_entries() == before
+
+
+def test_nproc_below_one_is_refused():
+    """``nproc`` 0 is a config error before anything starts."""
+    with pytest.raises(ConfigError, match="--nproc must be >= 1"):
+        torchrun(JOB, 0)
+
+
+def test_the_line_that_explains_a_failed_job():
+    """From torchrun's captured stderr: the rank's own error over its peers' 'a peer died' lines; when no
+    rank said anything, the rank torchrun's report names as the root cause; else nothing."""
+    prog = "torchhpc.trainers.gems"
+    peer = f"{prog}: error: rank 0: a peer rank died (its connection closed); see that rank's own error above\n"
+    own = f"{prog}: error: data.folder x: no such folder\n"
+    assert job_error_line([peer, own, "Traceback (most recent call last):\n"], prog) == "data.folder x: no such folder"
+    report = ["Root Cause (first observed failure):\n", "[0]:\n", "  time      : 2026-11-30\n",
+              "  host      : h\n", "  rank      : 1 (local_rank: 1)\n", "  exitcode  : -9 (pid: 5)\n"]
+    assert job_error_line(report, prog) == "rank 1 was killed by SIGKILL (the rank died); the job stopped"
+    assert job_error_line([peer, *report], prog).startswith("rank 1 was killed by SIGKILL")
+    assert job_error_line([peer], prog) == "rank 0: a peer rank died (its connection closed); see that rank's own error above"
+    assert job_error_line(["Traceback (most recent call last):\n", "ValueError: boom\n"], prog) is None
+    assert job_error_line([own], "torchhpc.trainers.other") is None  # another job's prefix is not ours
+    # the agent's later SIGTERMs are listed under Failures; the root cause is the rank it saw die first
+    both = ["Failures:\n", "[1]:\n", "  rank      : 0 (local_rank: 0)\n", "  exitcode  : -15 (pid: 11)\n", *report]
+    assert job_error_line(both, prog).startswith("rank 1 was killed by SIGKILL")
+    ccsdt = "torchhpc.trainers.ccsdt"
+    told = f"{ccsdt}: error: rank 1: rank 0 failed: bad.npz: not a zip file\n"
+    assert job_error_line(["W1202 warning\n", told, f"{ccsdt}: error: bad.npz: not a zip file\n"], ccsdt) == \
+        "bad.npz: not a zip file"
