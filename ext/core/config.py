@@ -35,11 +35,11 @@ import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import Any, ClassVar, Literal, TypeVar, Union
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, warn
 
 T = TypeVar("T")
 
@@ -213,6 +213,22 @@ def check_ranges(options: Any, where: str | None = None) -> None:
         _check_range(getattr(options, f.name), f.metadata, where, f.name)
 
 
+class Options:
+    """Base of every options dataclass: the fields are range-checked whenever an instance is made, by the
+    YAML loader, the CLI or a library caller in Python (``option(ge=, gt=, le=, lt=, choices=)``).
+
+    A subclass that checks relations between its fields in ``__post_init__`` calls
+    ``super().__post_init__()`` first.  A top-level config lists keys it has renamed in ``RENAMED``
+    (``{"old.dotted.key": "new.dotted.key"}``): files and ``--set`` that use the old key still load,
+    with one warning line.
+    """
+
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        check_ranges(self)
+
+
 def _from_mapping(cls: type[T], data: Mapping[str, Any], where: str, prefix: str = "") -> T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
@@ -348,6 +364,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
     """
     data = read_yaml(path) if path is not None else {}
     where = str(path) if path is not None else "<defaults>"
+    _rename_keys(cls, data, where)
     if overrides:
         # Overrides are validated on their own first so that the error names the flag, not the file.
         for item in overrides:
@@ -356,6 +373,7 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
                 label = f"--set {item}"
             else:
                 label, parts, value = item[0], list(item[1]), item[2]
+            parts = _renamed_path(cls, parts, label)
             _check_override_path(cls, parts, label)
             one: dict[str, Any] = {}
             node = one
@@ -366,6 +384,44 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
             _merge(data, one)
         where = f"{where} (with command-line overrides)" if path is not None else "command line"
     return _from_mapping(cls, data, where)
+
+
+def _renamed_path(cls: type, parts: list[str], where: str) -> list[str]:
+    """``parts`` with a renamed key (``cls.RENAMED``) replaced by its new name, with one warning line."""
+    dotted = ".".join(parts)
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        if dotted == old or dotted.startswith(old + "."):
+            warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
+            return new.split(".") + parts[len(old.split(".")):]
+    return parts
+
+
+def _rename_keys(cls: type, data: dict[str, Any], where: str) -> None:
+    """Move the renamed keys (``cls.RENAMED``) of a loaded YAML mapping to their new place, in place."""
+    for old, new in getattr(cls, "RENAMED", {}).items():
+        *old_parents, old_leaf = old.split(".")
+        node: Any = data
+        for p in old_parents:
+            node = node.get(p) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or old_leaf not in node:
+            continue
+        value = node.pop(old_leaf)
+        for depth in range(len(old_parents), 0, -1):  # drop sections the move left empty
+            parent: Any = data
+            for p in old_parents[:depth - 1]:
+                parent = parent[p]
+            if parent[old_parents[depth - 1]] == {}:
+                del parent[old_parents[depth - 1]]
+        warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for p in new_parents:
+            target = target.setdefault(p, {})
+            if not isinstance(target, dict):
+                raise ConfigError(f"{where}: key '{old}' is now '{new}', but '{p}' is not a section")
+        if new_leaf in target:
+            raise ConfigError(f"{where}: both '{old}' and its new name '{new}' are given; keep '{new}'")
+        target[new_leaf] = value
 
 
 def _coerce_partial(cls: type, data: Mapping[str, Any], where: str, prefix: str = "") -> None:
@@ -435,7 +491,20 @@ def describe(cls: type, prefix: str = "") -> list[tuple[str, str, Any, str]]:
 
 
 @dataclasses.dataclass
-class RunOptions:
+class DistOptions(Options):
+    """Where and on how many processes a job runs (the ``dist:`` section): one name and one meaning for
+    each of these options in every system."""
+
+    device: str = option("auto", flag="--device", help="auto (CUDA when present), cpu, cuda or cuda:N")
+    threads: int = option(0, flag="--threads", help="CPU threads per process for torch (0: torch's default)", ge=0)
+    nproc: int = option(1, flag="--nproc", ge=1,
+                        help="processes to run on this machine under torchrun (1: this process only)")
+    timeout_s: float = option(300.0, flag="--timeout-s", gt=0,
+                              help="seconds a rank waits for its peers before the job fails")
+
+
+@dataclasses.dataclass
+class RunOptions(Options):
     """Where a job writes its run folder (the ``run:`` section of every job's config)."""
 
     root: str = option("runs", help="parent folder of all runs")

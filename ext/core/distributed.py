@@ -17,6 +17,7 @@ import datetime
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,10 +45,64 @@ class DistContext:
     def initialized(self) -> bool:
         return self.backend is not None
 
+    # Collectives on plain Python values; each is the value itself in a single process.
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj`` (picklable), in rank order (``[obj]`` in one process)."""
+        if not self.initialized:
+            return [obj]
+        out: list[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def mean(self, x: float, n: float = 1) -> float:
+        """The mean of ``x`` over ranks, each weighted by its ``n`` samples."""
+        if not self.initialized:
+            return float(x)
+        t = torch.tensor([x * n, float(n)], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return float(t[0] / t[1])
+
+    def max(self, x: float) -> float:
+        """The largest ``x`` over ranks."""
+        if not self.initialized:
+            return float(x)
+        t = torch.tensor([x], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def all(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on every rank."""
+        if not self.initialized:
+            return bool(flag)
+        t = torch.tensor([int(bool(flag))], dtype=torch.int32, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    def barrier(self) -> None:
+        """Wait for every rank (a no-op in one process)."""
+        if self.initialized:
+            dist.barrier()
+
 
 def launched_by_torchrun() -> bool:
     """True when the torchrun variables (``RANK`` and ``WORLD_SIZE``) are set."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def torchrun_rank() -> tuple[int, int]:
+    """``(RANK, WORLD_SIZE)`` from the torchrun environment, before any process group exists
+    (``(0, 1)`` outside torchrun).
+
+    Raises:
+        DistributedError: the variables are set but are not integers.
+    """
+    if not launched_by_torchrun():
+        return 0, 1
+    try:
+        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except ValueError as exc:
+        raise DistributedError(f"malformed torchrun environment: {exc}") from None
 
 
 def init_distributed(
@@ -70,9 +125,8 @@ def init_distributed(
     """
     if not launched_by_torchrun():
         return DistContext(0, 1, 0, pick_device(device), None)
+    rank, world = torchrun_rank()
     try:
-        rank = int(os.environ["RANK"])
-        world = int(os.environ["WORLD_SIZE"])
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
     except ValueError as exc:
         raise DistributedError(f"malformed torchrun environment: {exc}") from None
@@ -126,9 +180,3 @@ def distributed(
             dist.barrier()
     finally:
         teardown_distributed()
-
-
-def barrier(ctx: DistContext) -> None:
-    """A barrier that is a no-op for a single process."""
-    if ctx.initialized:
-        dist.barrier()

@@ -1,4 +1,4 @@
-"""The errors users see.
+"""The errors (and warnings) users see.
 
 Every mistake a user can make (a malformed file, an impossible parameter, a
 wrong shape) raises a subclass of :class:`TorchHPCError` with one line that
@@ -7,6 +7,8 @@ library callers can catch the class they care about.
 """
 
 from __future__ import annotations
+
+import sys
 
 
 class TorchHPCError(Exception):
@@ -23,3 +25,8 @@ class InputError(TorchHPCError, ValueError):
 
 class DistributedError(TorchHPCError, RuntimeError):
     """The torch.distributed set-up does not fit the job (world size, backend, timeout)."""
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr: ``torchhpc: warning: <message>``."""
+    print(f"torchhpc: warning: {message}", file=sys.stderr, flush=True)

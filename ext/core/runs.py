@@ -29,12 +29,15 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import yaml
 
 from .config import RunOptions, config_to_dict, dump_config
-from .errors import InputError
+from .errors import InputError, TorchHPCError, warn
+
+K = TypeVar("K")
+T = TypeVar("T")
 
 _CKPT_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)-(?P<step>\d{8})(?:\.rank(?P<shard>\d+))?\.pt$")
 
@@ -219,24 +222,18 @@ class Run:
         path = self.checkpoint_path(step, name, shard)
         atomic_torch_save({"step": int(step), "state": dict(state)}, path)
         if keep > 0:
-            steps = sorted(self._checkpoint_steps(name, shard))
+            steps = sorted(self.checkpoint_steps(name, shard))
             for old in steps[:-keep]:
                 self.checkpoint_path(old, name, shard).unlink(missing_ok=True)
         return path
 
-    def _checkpoint_steps(self, name: str, shard: int | None) -> list[int]:
-        if not self.ckpt_dir.is_dir():
-            return []
-        steps = []
-        for p in self.ckpt_dir.iterdir():
-            m = _CKPT_RE.match(p.name)
-            if m and m["name"] == name and (int(m["shard"]) if m["shard"] is not None else None) == shard:
-                steps.append(int(m["step"]))
-        return steps
+    def checkpoint_steps(self, name: str = "ckpt", shard: int | None = None) -> list[int]:
+        """The steps of the checkpoint files ``name`` (of ``shard``) in this run, in no particular order."""
+        return [step for step, _ in checkpoint_files(self.ckpt_dir, name, shard)]
 
     def latest_checkpoint(self, name: str = "ckpt", shard: int | None = None) -> Path | None:
         """The newest complete checkpoint file, or ``None``."""
-        steps = self._checkpoint_steps(name, shard)
+        steps = self.checkpoint_steps(name, shard)
         return self.checkpoint_path(max(steps), name, shard) if steps else None
 
     def load_checkpoint(
@@ -308,6 +305,56 @@ class Run:
 
     def __repr__(self) -> str:
         return f"Run({self.system!r}, dir={str(self.dir)!r})"
+
+
+def checkpoint_files(folder: str | Path, name: str = "ckpt", shard: int | None = None) -> list[tuple[int, Path]]:
+    """``(step, file)`` of the checkpoints ``<name>-<step>[.rank<shard>].pt`` in ``folder``, newest first."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found = []
+    for p in folder.iterdir():
+        m = _CKPT_RE.match(p.name)
+        if m and m["name"] == name and (int(m["shard"]) if m["shard"] is not None else None) == shard:
+            found.append((int(m["step"]), p))
+    return sorted(found, reverse=True)
+
+
+def newest_intact(
+    candidates: Iterable[tuple[int, K]], load: Callable[[K], T], *, where: str | Path, report: bool = True,
+) -> tuple[int, K, T] | None:
+    """The newest checkpoint that loads, for any checkpoint scheme (one file, a shard per rank, a full
+    checkpoint with its deltas).
+
+    Args:
+        candidates: ``(step, key)`` pairs in any order; ``key`` names the checkpoint (a path, a step).
+        load: reads a candidate, raising :class:`~torchhpc.ext.core.errors.TorchHPCError` (a one-line
+            message naming what is damaged) when it cannot.
+        where: the folder, for messages.
+        report: one warning line when damaged newer checkpoints were skipped.
+
+    Returns:
+        ``(step, key, loaded)`` of the newest candidate that loads; ``None`` when there is no candidate.
+
+    Raises:
+        InputError: candidates exist but none of them loads.
+    """
+    damaged: list[str] = []
+    for step, key in sorted(candidates, key=lambda c: c[0], reverse=True):
+        try:
+            loaded = load(key)
+        except TorchHPCError as exc:
+            damaged.append(str(exc))
+            continue
+        if damaged and report:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            name = key.name if isinstance(key, Path) else f"step {step}"
+            warn(f"{damaged[0]}{more}; using {name} (step {step}), the newest intact checkpoint in {where}")
+        return step, key, loaded
+    if damaged:
+        more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+        raise InputError(f"no intact checkpoint in {where}: {damaged[0]}{more}")
+    return None
 
 
 def agree(value: Any, ctx: Any = None) -> Any:

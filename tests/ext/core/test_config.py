@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from torchhpc.ext.core.config import describe, dump_config, load_config, option
+from torchhpc.ext.core.config import DistOptions, Options, describe, dump_config, load_config, option
 from torchhpc.ext.core.errors import ConfigError
 
 
@@ -114,3 +114,46 @@ def test_describe_lists_every_option():
     rows = {r[0]: r for r in describe(Job)}
     assert rows["optim.lr"][2] == 3e-4 and rows["optim.lr"][3] == "learning rate"
     assert "epochs" in rows and "optim.betas" in rows
+
+
+# ----------------------------------------------------------------------------- Options, renamed keys
+
+
+@dataclass
+class _Dist(Options):
+    threads: int = option(0, help="threads", ge=0)
+
+
+@dataclass
+class _Renamed(Options):
+    RENAMED = {"timeout": "dist.timeout_s", "solver.threads": "dist.threads"}
+    dist: DistOptions = option(default_factory=DistOptions, help="where it runs")
+    lr: float = option(0.1, help="step", gt=0)
+
+
+def test_options_check_their_ranges_when_built_in_python():
+    """An Options dataclass made directly in Python is range-checked as the YAML loader checks it."""
+    with pytest.raises(ConfigError, match="_Dist: key 'threads' = -1 is out of range"):
+        _Dist(threads=-1)
+    with pytest.raises(ConfigError, match="key 'nproc' = 0 is out of range"):
+        DistOptions(nproc=0)
+    assert DistOptions().timeout_s == 300.0
+
+
+def test_renamed_keys_still_load_with_one_warning(tmp_path, capsys):
+    """An old key in a file or in --set lands on its new name, with one warning line each; old and new
+    together are an error."""
+    f = tmp_path / "c.yaml"
+    f.write_text("timeout: 30\nsolver:\n  threads: 2\n")
+    cfg = load_config(_Renamed, f)
+    assert (cfg.dist.timeout_s, cfg.dist.threads) == (30.0, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"torchhpc: warning: {f}: key 'timeout' is now 'dist.timeout_s' (the old name still loads; "
+                   f"please rename it)",
+                   f"torchhpc: warning: {f}: key 'solver.threads' is now 'dist.threads' (the old name still "
+                   f"loads; please rename it)"]
+    assert load_config(_Renamed, None, ["timeout=12"]).dist.timeout_s == 12.0
+    assert "key 'timeout' is now 'dist.timeout_s'" in capsys.readouterr().err
+    f.write_text("timeout: 30\ndist:\n  timeout_s: 40\n")
+    with pytest.raises(ConfigError, match="both 'timeout' and its new name 'dist.timeout_s'"):
+        load_config(_Renamed, f)

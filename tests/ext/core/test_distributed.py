@@ -154,3 +154,13 @@ def test_interrupting_the_launcher_leaves_no_rank_behind(tmp_path):
         proc.kill()
         for pid in ranks():
             os.kill(pid, signal.SIGKILL)
+
+
+def test_single_process_collectives_are_the_value_itself(monkeypatch):
+    """Outside torchrun the context's gather/mean/max/all give back the local value."""
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with distributed(device="cpu") as ctx:
+        assert ctx.gather({"a": 1}) == [{"a": 1}]
+        assert ctx.mean(2.5, 7) == 2.5 and ctx.max(3) == 3.0 and ctx.all(True) and not ctx.all(False)
+        ctx.barrier()

@@ -11,7 +11,7 @@ import yaml
 
 from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.runs import Run, atomic_write_text
+from torchhpc.ext.core.runs import Run, atomic_write_text, newest_intact
 
 
 @dataclass
@@ -125,3 +125,24 @@ def test_summary_and_metrics_stay_strict_json(tmp_path):
     assert row["loss"] is None and row["auc"] is None and row["rows"] is None and row["ok"] == 0.5
     summary = strict((run.dir / "summary.json").read_text())
     assert summary == {"loss": None, "per": [1.0, None], "nested": {"x": [None, 2.0]}}
+
+
+def test_newest_intact_skips_damaged_checkpoints_with_one_warning(tmp_path, capsys):
+    """The newest checkpoint that loads is chosen, damaged newer ones are named in one warning line;
+    none at all is None; all damaged is one error naming the first."""
+    run = Run("x", None, root=tmp_path, run_id="a")
+    for step in (1, 2, 3):
+        run.save_checkpoint({"w": step}, step, keep=0)
+    run.checkpoint_path(3).write_bytes(b"garbage")
+
+    def load(path):
+        return run.load_checkpoint(path)[1]
+
+    files = [(s, run.checkpoint_path(s)) for s in run.checkpoint_steps()]
+    step, path, state = newest_intact(files, load, where=run.ckpt_dir)
+    assert (step, path.name, state) == (2, "ckpt-00000002.pt", {"w": 2})
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ckpt-00000003.pt: cannot read checkpoint" in err[0] and "using ckpt-00000002.pt" in err[0]
+    assert newest_intact([], load, where=run.ckpt_dir) is None
+    with pytest.raises(InputError, match=r"no intact checkpoint in .*ckpt-00000003.pt: cannot read"):
+        newest_intact(files[:1], load, where=run.ckpt_dir)
