@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,15 @@ class DistContext:
         t = torch.tensor([int(bool(flag))], dtype=torch.int32, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return bool(t.item())
+
+    def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Replace each gradient of ``params`` by its mean over ranks (nothing in one process)."""
+        if not self.initialized:
+            return
+        for p in params:
+            if p.grad is not None:
+                dist.all_reduce(p.grad)
+                p.grad /= self.world_size
 
     def barrier(self) -> None:
         """Wait for every rank (a no-op in one process)."""
