@@ -67,7 +67,7 @@ def _connected_at(ovvv_ptr, ovoo_ptr, t2_ptr, i, j, k, x, y, z, NOCC, NVIR, TILE
     acc = tl.zeros((TILE, TILE, TILE), dtype=tl.float64)
     # particle terms: rank-1 updates over the virtual f (the o^3 v^4 part)
     for f in range(0, NVIR):
-        fv = f * NVIR
+        fv = tl.cast(f, tl.int64) * NVIR
         acc += tl.load(ovvv_ptr + v1 + fv) * tl.load(t2_ptr + p1 + f)
         acc += tl.load(ovvv_ptr + v2 + fv) * tl.load(t2_ptr + p2 + f)
         acc += tl.load(ovvv_ptr + v3 + fv) * tl.load(t2_ptr + p3 + f)
@@ -76,7 +76,7 @@ def _connected_at(ovvv_ptr, ovoo_ptr, t2_ptr, i, j, k, x, y, z, NOCC, NVIR, TILE
         acc += tl.load(ovvv_ptr + v6 + fv) * tl.load(t2_ptr + p6 + f)
     # hole terms: rank-1 updates over the occupied m (the o^4 v^3 part)
     for m in range(0, NOCC):
-        mo = m * NOCC * NVIR * NVIR
+        mo = tl.cast(m, tl.int64) * NOCC * NVIR * NVIR  # 64-bit: m o v^2 passes 2^31 from o = 60, v = 800
         acc -= tl.load(ovoo_ptr + h1 + m) * tl.load(t2_ptr + g1 + mo)
         acc -= tl.load(ovoo_ptr + h2 + m) * tl.load(t2_ptr + g2 + mo)
         acc -= tl.load(ovoo_ptr + h3 + m) * tl.load(t2_ptr + g3 + mo)

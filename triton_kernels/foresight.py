@@ -33,26 +33,29 @@ QUANT_LIMIT = float(2**40)
 
 @triton.jit
 def _quantize(x, inv2e, LIMIT: tl.constexpr):
-    # fp64 so that q = floor(x / 2e + 1/2) is the same number the torch twin computes
+    # fp64 so that q = floor(x / 2e + 1/2) is the same number the torch twin computes (inv2e is fp64)
     xf = x.to(tl.float64) * inv2e
     ok = tl.abs(xf) < LIMIT  # false for NaN and inf
     return tl.where(ok, tl.floor(xf + 0.5), 0.0).to(tl.int64)
 
 
-@triton.jit
+# The sizes are runtime values: a dimension of 1 (every 1-D and 2-D field is viewed as (1, N1, N2)) would
+# otherwise become a constexpr, with no .to(); and one compiled kernel serves every shape.
+@triton.jit(do_not_specialize=["N0", "N1", "N2"])
 def _lorenzo_quantize_kernel(
     x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
     q_ptr,  # (N0, N1, N2) int64 quantisation codes (out)
     d_ptr,  # (N0, N1, N2) int64 Lorenzo residuals (out)
+    inv2e_ptr,  # (1,) fp64: 1 / (2 e) (a Python float argument would arrive as fp32)
     N0,
     N1,
     N2,
-    inv2e,  # 1 / (2 e), fp64
     LIMIT: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     # 1. program id -> flat offsets and mask
     pid = tl.program_id(0)
+    inv2e = tl.load(inv2e_ptr)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     total = N0.to(tl.int64) * N1 * N2
     mask = offs < total
@@ -106,7 +109,8 @@ def lorenzo_quantize_triton(x: torch.Tensor, eb: float, block: int = 1024) -> tu
     if n == 0:
         return q, d
     grid = (triton.cdiv(n, block),)
-    _lorenzo_quantize_kernel[grid](x, q, d, x.shape[0], x.shape[1], x.shape[2], 1.0 / (2.0 * eb),
+    inv2e = torch.full((1,), 1.0 / (2.0 * eb), dtype=torch.float64, device=x.device)
+    _lorenzo_quantize_kernel[grid](x, q, d, inv2e, x.shape[0], x.shape[1], x.shape[2],
                                    LIMIT=QUANT_LIMIT, BLOCK=block)
     return q, d
 

@@ -56,7 +56,7 @@ def _bag_forward_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # 1. program id -> (bag, column block)
-    bag = tl.program_id(0)
+    bag = tl.program_id(0).to(tl.int64)  # 64-bit: bag * stride_o passes 2^31 for large batches
     dblk = tl.program_id(1)
     start = tl.load(offsets_ptr + bag)
     end = tl.load(offsets_ptr + bag + 1)
@@ -87,7 +87,7 @@ def _bag_forward_kernel(
     tl.store(out_ptr + bag * stride_o + cols, acc.to(out_ptr.dtype.element_ty), mask=cmask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["nnz"])  # nnz changes with every batch: one compiled kernel for all
 def _bag_backward_rows_kernel(
     grad_out_ptr,  # (B, D)
     indices_ptr,  # (nnz,) int64
@@ -106,7 +106,7 @@ def _bag_backward_rows_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # 1. program id -> (entry block, column block)
-    pid_n = tl.program_id(0)
+    pid_n = tl.program_id(0).to(tl.int64)  # 64-bit: ent * stride_dst passes 2^31 for large batches
     pid_d = tl.program_id(1)
     ent = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     emask = ent < nnz
@@ -130,7 +130,7 @@ def _bag_backward_rows_kernel(
         tl.store(dst_ptr + ent[:, None] * stride_dst + cols[None, :], g.to(dst_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["nnz"])
 def _bag_backward_psw_kernel(
     grad_out_ptr,  # (B, D)
     weight_ptr,  # (N, D)
@@ -148,7 +148,7 @@ def _bag_backward_psw_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # d out[b, :] / d psw[e] = weight[indices[e], :] (/ len(b)), so grad_psw[e] = <grad_out[b], row>
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)
     ent = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     emask = ent < nnz
     seg = tl.load(segments_ptr + ent, mask=emask, other=0)
@@ -193,7 +193,7 @@ def _sparse_row_update_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # one program per touched row; row-wise kinds make two passes over the columns
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)  # 64-bit: pid * stride_g passes 2^31 for many touched rows
     row = tl.load(rows_ptr + pid)
     if KIND == 1 or KIND == 2:
         # 1. mean squared gradient of the row
@@ -408,7 +408,7 @@ def _tbe_pool_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # 1. program id -> (bag of any feature, column block)
-    bag = tl.program_id(0)
+    bag = tl.program_id(0).to(tl.int64)  # 64-bit: bag * stride_o passes 2^31 for K*B*D >= 2^31
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     cmask = cols < D
     start = tl.load(offsets_ptr + bag)
@@ -452,7 +452,7 @@ def _tbe_backward_rowwise_adagrad_kernel(
     BLOCK_D: tl.constexpr,
 ):
     # 1. program id -> one touched row and the positions of its values
-    u = tl.program_id(0)
+    u = tl.program_id(0).to(tl.int64)
     row = tl.load(urows_ptr + u)
     lo = tl.load(occ_ptr + u)
     hi = tl.load(occ_ptr + u + 1)

@@ -33,7 +33,9 @@ def _max_combine(a, b):
     return tl.maximum(a, b)
 
 
-@triton.jit
+# H, nt and nq change with every batch and genome: runtime values, so that one compiled kernel per
+# direction serves the whole run (specialised on H == 1 or H % 16 == 0 it would compile again mid-run).
+@triton.jit(do_not_specialize=["H", "nt", "nq", "xdrop"])
 def _xdrop_extend_kernel(
     t_ptr,  # (Nt,) uint8 target codes
     q_ptr,  # (Nq,) uint8 query codes
@@ -52,14 +54,16 @@ def _xdrop_extend_kernel(
     TILE: tl.constexpr,
 ):
     # 1. program id -> this program's hits
-    pid = tl.program_id(0)
+    pid = tl.program_id(0).to(tl.int64)
     rows = pid * BLOCK_H + tl.arange(0, BLOCK_H)
     rmask = rows < H
     t0 = tl.load(t_first_ptr + rows, mask=rmask, other=0)
     q0 = tl.load(q_first_ptr + rows, mask=rmask, other=0)
     j = tl.arange(0, TILE)
-    best = tl.zeros((BLOCK_H,), dtype=tl.int32)
-    run = tl.zeros((BLOCK_H,), dtype=tl.int32)
+    # scores in int64, as the torch twin and the compiled CPU filter keep them: a long identical stretch
+    # (a self-alignment, a duplicated chromosome) passes 2^31 after ~2e7 cells at 100 a match
+    best = tl.zeros((BLOCK_H,), dtype=tl.int64)
+    run = tl.zeros((BLOCK_H,), dtype=tl.int64)
     length = tl.zeros((BLOCK_H,), dtype=tl.int64)
     scanned = tl.zeros((BLOCK_H,), dtype=tl.int64)
     active = rmask
@@ -72,14 +76,14 @@ def _xdrop_extend_kernel(
         inb = (ti >= 0) & (ti < nt) & (qi >= 0) & (qi < nq) & active[:, None]
         tc = tl.load(t_ptr + ti, mask=inb, other=SEPARATOR).to(tl.int32)
         qc = tl.load(q_ptr + qi, mask=inb, other=SEPARATOR).to(tl.int32)
-        s = tl.load(table_ptr + tc * 11 + qc)
+        s = tl.load(table_ptr + tc * 11 + qc).to(tl.int64)
         # 3. running score, running peak, the first X-drop
         r = run[:, None] + tl.cumsum(s, axis=1)
         peak = tl.maximum(tl.associative_scan(r, 1, _max_combine), best[:, None])
         drop = r < peak - xdrop
         first = tl.min(tl.where(drop, j[None, :], TILE), axis=1)
         # 4. best cell before the drop (the first of equal maxima, as LASTZ's strict '>')
-        masked = tl.where(j[None, :] < first[:, None], r, -2147483647)
+        masked = tl.where(j[None, :] < first[:, None], r, -9223372036854775807)
         t_best = tl.max(masked, axis=1)
         t_arg = tl.min(tl.where(masked == t_best[:, None], j[None, :], TILE), axis=1)
         better = active & (first > 0) & (t_best > best)
@@ -91,7 +95,7 @@ def _xdrop_extend_kernel(
         run = tl.sum(tl.where(j[None, :] == TILE - 1, r, 0), axis=1)
         k += TILE
     # 5. store
-    tl.store(best_ptr + rows, best.to(tl.int64), mask=rmask)
+    tl.store(best_ptr + rows, best, mask=rmask)
     tl.store(len_ptr + rows, length, mask=rmask)
     tl.store(scan_ptr + rows, scanned, mask=rmask)
 

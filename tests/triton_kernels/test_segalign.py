@@ -54,6 +54,26 @@ def test_kernel_equals_twin(kernel_device, n, H, seed, rate, xdrop, block_h, til
         assert torch.equal(a, b.cpu())
 
 
+def test_scores_past_two_to_the_31_stay_exact(kernel_device):
+    """An identical stretch scored 2^28 a match passes 2^31 after 8 cells: the kernel keeps int64 scores, as
+    LASTZ and the compiled CPU filter do (int32 scores wrapped negative and cut the extension short)."""
+    from torchhpc.triton_kernels.segalign import xdrop_extend_triton
+
+    n = 40
+    t = torch.randint(0, 4, (n,), generator=torch.Generator().manual_seed(5), dtype=torch.uint8)
+    table = torch.full((11, 11), -(2**20), dtype=torch.int32)
+    table[torch.arange(4), torch.arange(4)] = 2**28
+    table[10, :] = table[:, 10] = -(2**30)  # the wall past either end ends every extension
+    dev = kernel_device
+    for direction, starts in ((1, [0, 3]), (-1, [n - 1, n - 4])):
+        first = torch.tensor(starts).to(dev)
+        best, length, scanned = xdrop_extend_triton(t.to(dev), t.to(dev), first, first, direction,
+                                                    table.to(dev), 2**29)
+        cells = torch.tensor([n, n - 3])  # every cell to the end matches; the wall after it drops
+        assert torch.equal(best.cpu(), cells * 2**28) and int(best.max()) > 2**33
+        assert torch.equal(length.cpu(), cells) and torch.equal(scanned.cpu(), cells + 1)
+
+
 def test_dispatch_picks_triton_by_name(kernel_device):
     """backend='triton' runs the kernel through the dispatch function and agrees with backend='torch'."""
     t, q, tf, qf = _case(90, 7, 3, 0.1)

@@ -1,0 +1,144 @@
+"""Every Triton kernel of the suite, launched through its own launcher, compiled for the H200 (sm_90).
+
+    python tests/triton_kernels/sm90_cases.py OUT.json      (TRITON_INTERPRET must be unset)
+
+Each case calls a launcher with CPU tensors whose sizes hit the specialisations that only bite compiled:
+dimensions equal to 1 (Triton makes such an int a constexpr), multiples of 16 (divisibility hints),
+odd sizes, both dtypes and every constexpr branch.  Nothing runs: under
+:func:`harness.sm90.compiling_for_h200` a launch compiles to PTX and cubin and returns.  The JSON holds,
+per case, either the error or each compiled kernel's signature, its constants, the offset types of the
+addresses taken from its pointer arguments and whether its PTX has FP64 tensor-core MMAs;
+``tests/triton_kernels/test_sm90.py`` asserts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)  # before any kernel module is imported
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+from harness.sm90 import compiling_for_h200  # noqa: E402
+
+
+def _g(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def foresight_cases():
+    from torchhpc.triton_kernels.foresight import lorenzo_quantize_triton
+
+    for shape in [(1, 1, 37), (1, 6, 37), (5, 6, 37), (16, 16, 16), (3, 1, 1)]:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=_g(1), dtype=dtype)
+            yield f"foresight lorenzo {shape} {dtype}", lambda x=x: lorenzo_quantize_triton(x, 1e-3)
+
+
+def segalign_cases():
+    from torchhpc.triton_kernels.segalign import xdrop_extend_triton
+
+    table = torch.randint(-100, 100, (11, 11), generator=_g(2), dtype=torch.int32)
+    for H in (1, 16, 37):
+        for n in (1, 16, 1000):
+            t = torch.randint(0, 4, (n,), generator=_g(2), dtype=torch.uint8)
+            first = torch.randint(0, n, (H,), generator=_g(3))
+            for direction in (1, -1):
+                yield (f"segalign xdrop H={H} n={n} dir={direction}",
+                       lambda t=t, first=first, direction=direction:
+                       xdrop_extend_triton(t, t, first, first, direction, table, 910))
+
+
+def kraken_cases():
+    from torchhpc.triton_kernels import kraken as K
+
+    for D in (1, 16, 37):
+        for dtype in (torch.float32, torch.float64):
+            N, B = 50, 7
+            w = torch.randn(N, D, generator=_g(4), dtype=dtype)
+            lengths = torch.tensor([0, 3, 1, 5, 2, 0, 4])
+            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+            nnz = int(offsets[-1])
+            idx = torch.randint(0, N, (nnz,), generator=_g(5))
+            seg = torch.repeat_interleave(torch.arange(B), lengths)
+            psw = torch.rand(nnz, generator=_g(6), dtype=dtype)
+            go = torch.randn(B, D, generator=_g(7), dtype=dtype)
+            for mean in (False, True):
+                for p in (None, psw):
+                    tag = f"D={D} {dtype} mean={mean} psw={p is not None}"
+                    yield f"kraken bag_forward {tag}", lambda w=w, idx=idx, o=offsets, m=mean, p=p: \
+                        K.bag_forward(w, idx, o, m, p)
+                    for num_rows in (None, N):
+                        yield f"kraken bag_backward_rows rows={num_rows} {tag}", \
+                            lambda go=go, idx=idx, seg=seg, o=offsets, m=mean, p=p, r=num_rows: \
+                            K.bag_backward_rows(go, idx, seg, o, m, p, r)
+                yield f"kraken bag_backward_psw {tag}", lambda go=go, w=w, idx=idx, seg=seg, o=offsets, m=mean, dt=dtype: \
+                    K.bag_backward_psw(go, w, idx, seg, o, m, dt)
+            rows = torch.tensor([1, 4, 9])
+            grads = torch.randn(3, D, generator=_g(8), dtype=dtype)
+            for kind in (K.OPT_SGD, K.OPT_ROWWISE_ADAGRAD, K.OPT_ROWWISE_ADAM, K.OPT_ADAM):
+                m = torch.zeros(N, D, dtype=dtype)
+                v = torch.zeros(N, D, dtype=dtype) if kind == K.OPT_ADAM else torch.zeros(N, dtype=dtype)
+                yield f"kraken sparse_row_update kind={kind} D={D} {dtype}", \
+                    lambda kind=kind, w=w, rows=rows, grads=grads, m=m, v=v: \
+                    K.sparse_row_update(kind, w.clone(), rows, grads, m, v, 0.1, step=3)
+        # the table-batched kernels: fp32 stores, rows of -1 read zeros
+        R = 40
+        w32 = torch.randn(R, D, generator=_g(9))
+        v32 = torch.zeros(R)
+        rows = torch.tensor([3, -1, 7, 3, 12, -1, 39, 0])
+        offsets = torch.tensor([0, 2, 2, 5, 8])
+        go = torch.randn(4, D, generator=_g(10))
+        for mean in (False, True):
+            yield f"kraken tbe_pool D={D} mean={mean}", lambda w=w32, r=rows, o=offsets, m=mean: K.tbe_pool(w, r, o, m)
+            yield f"kraken tbe_backward D={D} mean={mean}", \
+                lambda go=go, w=w32, v=v32, r=rows, o=offsets, m=mean: \
+                K.tbe_backward_rowwise_adagrad(go, w.clone(), v.clone(), r, o, 0.1, 1e-8, m)
+
+
+def ccsdt_cases():
+    from torchhpc.triton_kernels.ccsdt import triples_energy_partials
+
+    for o, v in ((1, 1), (3, 5), (4, 16)):
+        f64 = {"dtype": torch.float64, "generator": _g(o * 100 + v)}
+        t1, fock_ov = torch.randn(o, v, **f64), torch.randn(o, v, **f64)
+        t2, ovov = torch.randn(o, o, v, v, **f64), torch.randn(o, v, o, v, **f64)
+        ovvv, ovoo = torch.randn(o, v, v, v, **f64), torch.randn(o, v, o, o, **f64)
+        mo_energy = torch.cat([-1 - torch.rand(o, **f64), 1 + torch.rand(v, **f64)])
+        idx = torch.tensor([(i, j, k) for i in range(o) for j in range(i + 1) for k in range(j + 1)])
+        wgt = torch.ones(idx.shape[0], dtype=torch.float64)
+        for tile in (1, 8):
+            yield f"ccsdt triples o={o} v={v} tile={tile}", \
+                lambda a=(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, idx, wgt), tile=tile: \
+                triples_energy_partials(*a, tile=tile)
+
+
+CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases]
+
+
+def main(out: str) -> int:
+    report = []
+    with compiling_for_h200() as compiled:
+        for family in CASES:
+            for name, call in family():
+                before = len(compiled)
+                row = {"case": name, "error": None, "kernels": []}
+                try:
+                    call()
+                except Exception as exc:  # noqa: BLE001 - the test reports which case failed and why
+                    row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                for c in compiled[before:]:
+                    row["kernels"].append({"kernel": c.kernel, "signature": c.signature,
+                                           "constants": {k: repr(v) for k, v in c.constants.items()},
+                                           "base_offsets": c.base_offsets(), "fp64_mma": c.fp64_mma(),
+                                           "cubin_bytes": c.cubin_bytes})
+                report.append(row)
+    Path(out).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,92 @@
+"""Every Triton kernel compiles for the H200 (sm_90) through its own launcher, on this CPU machine.
+
+One child process (``sm90_cases.py``, ``TRITON_INTERPRET`` unset) runs every launcher under a stand-in
+driver whose target is sm_90, so each launch compiles to PTX and a cubin with the argument values and
+specialisations it would get on the GPU.  These tests then check what only shows compiled:
+
+* nothing fails to compile (an int argument equal to 1 becomes a constexpr: foresight's kernel failed
+  on every 1-D and 2-D field);
+* every address taken from a pointer argument is computed in 64 bits (an ``i32`` offset wraps at 2^31
+  elements: ``bag * stride`` of a large batch, ``m * o * v * v`` of a large molecule), except into the
+  fixed tables listed in :data:`BOUNDED`;
+* sizes that change from call to call are runtime arguments, not specialisations, so a long run compiles
+  each kernel once (segalign's hit count, foresight's shape, kraken's value count);
+* scalars that must stay fp64 reach the kernel as fp64 (a Python float arrives as fp32).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+HERE = Path(__file__).resolve().parent
+
+#: pointer arguments that may be indexed with 32-bit offsets: tables of a fixed, small size
+BOUNDED = {("_xdrop_extend_kernel", "table_ptr"): "the 11 x 11 substitution table"}
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("sm90") / "report.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, str(HERE / "sm90_cases.py"), str(out)], capture_output=True, text=True,
+                         env=env, timeout=900, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def _kernels(report: list[dict], prefix: str = "") -> list[tuple[str, dict]]:
+    return [(row["case"], k) for row in report if row["case"].startswith(prefix) for k in row["kernels"]]
+
+
+def test_every_launcher_compiles_for_sm90(report):
+    """Every case of every kernel compiles to PTX and a cubin for sm_90; each system has cases."""
+    failed = [(row["case"], row["error"]) for row in report if row["error"]]
+    assert not failed, failed[:5]
+    assert all(row["kernels"] and all(k["cubin_bytes"] > 0 for k in row["kernels"]) for row in report)
+    names = {k["kernel"] for _, k in _kernels(report)}
+    assert {"_lorenzo_quantize_kernel", "_xdrop_extend_kernel", "_bag_forward_kernel", "_bag_backward_rows_kernel",
+            "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
+            "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel"} <= names
+
+
+def test_addresses_from_pointer_arguments_are_64_bit(report):
+    """No kernel computes an address from one of its pointer arguments with a 32-bit offset, except into
+    the fixed-size tables of BOUNDED."""
+    narrow = sorted({(k["kernel"], arg) for _, k in _kernels(report) for arg, ty in k["base_offsets"]
+                     if ty != "i64"} - set(BOUNDED))
+    assert not narrow, narrow
+    assert all(any(arg for arg, _ in k["base_offsets"]) for _, k in _kernels(report))  # the check saw addresses
+
+
+def test_sizes_that_change_per_call_compile_once(report):
+    """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
+    direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight once per dtype over
+    shapes with dimensions of 1, 6, 16 and 37."""
+    def variants(prefix):
+        return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
+
+    assert len(variants("segalign")) == 2  # DIRECTION = +1 and -1
+    assert len(variants("foresight")) == 2  # float32 and float64 input
+    for _, k in _kernels(report, "segalign"):
+        assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
+    for _, k in _kernels(report, "foresight"):
+        assert (k["signature"]["N0"], k["signature"]["N1"], k["signature"]["N2"]) == ("i32", "i32", "i32")
+    backward = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report)
+                if k["kernel"] == "_bag_backward_rows_kernel"}
+    assert all(json.loads(v)[0]["nnz"] == "i32" for v in backward)
+
+
+def test_fp64_scalars_reach_the_kernel_as_fp64(report):
+    """foresight's 1 / (2 e) is read as fp64 in the kernel (as a Python float it was an fp32 argument, and
+    the codes could differ from the torch twin's by one near a rounding boundary)."""
+    sigs = [k["signature"] for _, k in _kernels(report, "foresight")]
+    assert sigs and all(s["inv2e_ptr"] == "*fp64" for s in sigs)
+    assert all(ty != "fp32" for s in sigs for ty in s.values())
