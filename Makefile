@@ -1,7 +1,8 @@
 # torchhpc — the README's commands.
 #   make demo    set up if needed, then the quick tour of every system (writes runs/demo/<id>/)
-#   make test    set up if needed, then lint and the whole test suite
+#   make test    set up if needed, then lint (ruff, the import contract) and the whole test suite
 #   make bench   set up if needed, then every benchmark against its anchor
+#   make gpu-check  every GPU path beside its anchor (benchmarks/gpu.py), in at most 8 minutes
 #   make setup   create .venv and install everything (idempotent; instant when nothing changed)
 
 SHELL := /bin/bash
@@ -17,7 +18,7 @@ FBGEMM := $(if $(shell command -v nvidia-smi 2>/dev/null),fbgemm-gpu==1.8.0,fbge
 PINS := triton==3.7.1 numpy==2.4.6 pyyaml==6.0.4 tqdm==4.70.1 matplotlib==3.11.2 \
         gymnasium==1.4.0 deepspeed==0.19.8 pyscf==2.14.0 scipy==1.17.1 numba==0.68.1 scikit-learn==1.9.1 \
         h5py==3.16.0 pysz==1.1.0 zfpy==1.0.1.post0 fpzip==1.2.5 zstandard==0.25.0 pyarrow==26.0.1 \
-        pytest==9.2.0 ruff==0.17.6 \
+        pytest==9.2.0 ruff==0.17.6 import-linter==2.17 \
         $(FBGEMM) tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 iopath==0.1.10
 # The anchors that come from Debian: LASTZ (segalign) and Open MPI (collectives; mpi4py builds against it).
 APT_PKGS := lastz openmpi-bin libopenmpi-dev
@@ -29,7 +30,7 @@ TORCHREC := torchrec==1.8.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test demo bench gpu-check lint clean
 
 setup: $(STAMP)
 
@@ -45,6 +46,7 @@ $(STAMP): pyproject.toml Makefile
 
 lint: setup
 	$(PY) -m ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 
 test: setup lint
 	$(PY) -m pytest -q
@@ -53,7 +55,12 @@ demo: setup
 	$(VENV)/bin/torchhpc demo --config configs/demo/default.yaml
 
 bench: setup
-	@set -e; for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+	@set -e; for b in benchmarks/*.py; do [ $$b = benchmarks/gpu.py ] && continue; echo "== $$b"; $(PY) $$b; done
+
+# Every GPU path beside its anchor in one run of at most 8 minutes (benchmarks/gpu.py; on a machine
+# without a GPU it lists the steps and runs those that need none). docs/core/guide.md: on a GPU machine.
+gpu-check: setup
+	$(PY) benchmarks/gpu.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

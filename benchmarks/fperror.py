@@ -167,7 +167,8 @@ def main() -> None:
         row = _row(name, dag, parse_s, dev, abstraction="off")
         # Satire's abstraction: one cut in the middle third of the depth, against no abstraction
         depth = int(dag.level.max())
-        cut = _row(name, dag, parse_s, dev, abstraction=(max(1, depth // 3), max(1, 2 * depth // 3)), linear="off")
+        cut = _row(name, dag, parse_s, dev, abstraction=f"{max(1, depth // 3)}:{max(1, 2 * depth // 3)}",
+                   linear="off")
         row["abstraction_bound"] = cut.get("bound")
         row["abstraction_cut_level"] = cut.get("cut_level")
         row["abstraction_s"] = cut.get("analyze_s")

@@ -5,7 +5,7 @@
    torchrec's managed-collision EBC with LRU eviction in the same memory, and ours: dynamic
    collision-free tables with row-wise AdaGrad and LRU eviction in the same memory).  Reports
    progressive AUC / log-loss, peak embedding memory and samples/s of each
-   (see :mod:`torchhpc.ext.kraken.bench`; also ``torchhpc kraken bench``).
+   (see :mod:`torchhpc.ext.kraken.comparison`; also ``torchhpc kraken bench``).
 2. ``step`` — the training step's speed alone: the stream suite's ``ebc_full`` and ``kraken`` DLRMs on the
    same stream, alternating batch by batch so a shared machine's load falls on both alike.
 3. ``pooling`` — jagged embedding-bag pooling of a KeyedJaggedTensor, ours vs torchrec's
@@ -223,11 +223,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=1500, help="stream: batches of 512 samples (default: 1500)")
     args = ap.parse_args()
     if args.suite in ("all", "stream"):
-        from torchhpc.ext.kraken.bench import run_comparison
+        from torchhpc.ext.kraken.commands import bench
         from torchhpc.ext.kraken.config import BenchOptions
 
         print("== continual training on one stream (CPU, torch threads:", torch.get_num_threads(), ")")
-        run_comparison(BenchOptions(steps=args.steps, out=args.out))
+        bench(BenchOptions(steps=args.steps, out=args.out))
     if args.suite in ("all", "step"):
         print("== the DLRM training step, kraken and ebc_full alternating batch by batch")
         step_speed(args)

@@ -158,15 +158,15 @@ def simulator_candidates(trace, windows: int, decisions: int, backfill: str, len
 def ppo_epoch(trace_path: str | None) -> dict:
     """Wall-clock of one PPO epoch of configs/sched/lublin1.yaml (rollout and update split)."""
     from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.sched.commands import train
     from torchhpc.ext.sched.config import SchedConfig
-    from torchhpc.ext.sched.ppo import train
 
     cfg_path = Path(__file__).resolve().parents[1] / "configs/sched/lublin1.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         cfg = load_config(SchedConfig, cfg_path, [
             f"trace.path={trace_path}" if trace_path else "trace.path=null", "ppo.epochs=1",
             "log_baselines=false", "eval.every=0", "eval.starts=[300]", "eval.length=256",
-            f"run.root={tmp}", "run.run_id=bench", "run.progress=false", "threads=0"])
+            f"run.root={tmp}", "run.run_id=bench", "run.progress=false", "dist.threads=0"])
         train(cfg, verbose=False)
         row = json.loads((Path(tmp) / "sched/bench/metrics.jsonl").read_text().splitlines()[0])
     return {k: row[k] for k in ("decisions", "rollout_s", "epoch_s", "pi_steps")} | {
@@ -191,7 +191,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from torchhpc.ext.sched.evaluate import draw_starts, evaluate_heuristic
-    from torchhpc.ext.sched.swf import load_sched_trace
+    from torchhpc.ext.sched.traces import load_sched_trace
 
     trace = load_sched_trace(args.trace)
     rows, per_s = [], {}

@@ -46,7 +46,7 @@ def _time_to_target(name, A, truth, k, args, device):
     from sklearn.cluster import SpectralClustering
     from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
-    from torchhpc.ext.symnmf.api import choose_layout
+    from torchhpc.ext.symnmf.clustering import choose_layout
     from torchhpc.ext.symnmf.config import SolverOptions
     from torchhpc.ext.symnmf.graphs import cluster_labels, to_torch
     from torchhpc.ext.symnmf.ops import LocalSimilarity
@@ -55,8 +55,7 @@ def _time_to_target(name, A, truth, k, args, device):
     At = to_torch(A, dense=choose_layout(A), device=device)
 
     def solve(algo, **kw):
-        opts = SolverOptions(k=k, algo=algo, seed=args.seed, max_iter=args.max_iter, tol=kw.pop("tol", 0.0),
-                             device=str(device), **kw)
+        opts = SolverOptions(k=k, algo=algo, seed=args.seed, max_iter=args.max_iter, tol=kw.pop("tol", 0.0), **kw)
         return symnmf(LocalSimilarity(At), opts)
 
     traj = {a: solve(a, tol=1e-8) for a in ALGOS}
@@ -136,9 +135,9 @@ def _accuracy(args):
     SpectralClustering on the same matrix, for digits and the labelled graphs of ../shared/data/graphs."""
     from sklearn.cluster import SpectralClustering
 
-    from torchhpc.ext.symnmf.api import cluster
-    from torchhpc.ext.symnmf.config import SolverOptions, SymnmfJob
-    from torchhpc.ext.symnmf.job import clustering_scores, load_graph
+    from torchhpc.ext.symnmf.clustering import cluster, clustering_scores
+    from torchhpc.ext.symnmf.config import GraphOptions, SolverOptions
+    from torchhpc.ext.symnmf.graphs import load_graph
 
     graphs = SHARED / "graphs"
     inputs = [("digits 10-NN", {"dataset": "digits"}, 10)]
@@ -154,15 +153,14 @@ def _accuracy(args):
     rows = []
     seeds = range(args.accuracy_seeds)
     for name, gopts, k in inputs:
-        cfg = load_config_dict(SymnmfJob, {"graph": gopts, "solver": {"k": k}})
-        g = load_graph(cfg)
+        g = load_graph(GraphOptions(**gopts), k)
         row = {"name": f"accuracy {name}", "graph": name, "n": g.n, "k": k}
         graph_seeds = range(1) if name == "email-Eu-core" else seeds
         for algo, restarts in (("anls", 1), ("gn", 1), *((("anls", 3),) if args.restarts_too else ())):
             scores, t = [], time.perf_counter()
             for seed in graph_seeds:
                 out = cluster(g.A, SolverOptions(k=k, algo=algo, seed=seed, tol=1e-8, max_iter=caps.get(name, 1000),
-                                                 restarts=restarts, device="cpu"))
+                                                 restarts=restarts), device="cpu")
                 scores.append(clustering_scores(g.labels, out.labels))
             key = algo if restarts == 1 else f"{algo}_best_of_{restarts}"
             row[key] = {"ari_mean": float(np.mean([s["ari"] for s in scores])),
@@ -180,20 +178,6 @@ def _accuracy(args):
                                          for key in ("anls", "gn", "anls_best_of_3", "spectral") if key in row),
               flush=True)
     return rows
-
-
-def load_config_dict(cls, data):
-    """A job config from a mapping (what a YAML file would hold)."""
-    import yaml
-
-    from torchhpc.ext.core.config import load_config
-
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
-        yaml.safe_dump(data, fh)
-    try:
-        return load_config(cls, fh.name, [])
-    finally:
-        os.unlink(fh.name)
 
 
 def _scaling(args):

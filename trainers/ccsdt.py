@@ -17,38 +17,18 @@ PySCF's own (T) on the same amplitudes and integrals for comparison.
 Hartree, e_ccsd the total CCSD energy, seconds and gflops of our (T) alone), plus
 "e_t_pyscf" and "abs_diff" with --compare-pyscf. Closed-shell molecules only: an odd
 electron count is refused. Coordinates are in Angstrom unless --unit bohr. Every option is
-defined in torchhpc.ext.ccsdt.config (CCSDTOptions); --config FILE takes them as YAML.
+defined in torchhpc.ext.ccsdt.config (CCSDTOptions); --config FILE takes them as YAML. The command is
+run_ccsdt in torchhpc.ext.ccsdt.commands.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 
+from torchhpc.ext.ccsdt.commands import run_ccsdt
 from torchhpc.ext.ccsdt.config import CCSDTOptions
 from torchhpc.ext.core.cli import config_command, job_main
-
-
-def run_ccsdt(options: CCSDTOptions) -> int:
-    """Compute, print the report (or one JSON object) on rank 0; ``--nproc N`` launches torchrun first."""
-    import os
-
-    from torchhpc.ext.ccsdt.job import compute, launch, report_lines
-    from torchhpc.ext.core.distributed import launched_by_torchrun
-
-    if options.nproc > 1 and not launched_by_torchrun():
-        return launch(options)
-    result = compute(options, progress=not options.json and sys.stderr.isatty())
-    if int(os.environ.get("RANK", "0")) != 0:
-        return 0
-    for line in result.warnings:
-        print(line, file=sys.stderr)
-    if options.json:
-        print(json.dumps(result.as_json()))
-    else:
-        print("\n".join(report_lines(result)))
-    return 0
 
 
 def register(sub) -> None:

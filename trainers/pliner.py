@@ -9,33 +9,22 @@ configuration run the same model on the same inputs; PLiNER's search (enhance ev
 float64, then bisect: modules, source lines, FX nodes) returns the smallest set whose float64
 enhancement makes them agree, checked minimal, and a mixed-precision recipe.  One progress line
 per search level goes to stderr; --json prints one object (status found / no_divergence /
-not_fixable / spread).  Every option is defined in torchhpc.ext.pliner.config.FindOptions.
+not_fixable / spread).  The command is torchhpc.ext.pliner.commands.find_command; every option is
+defined in torchhpc.ext.pliner.config.FindOptions.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 
 from torchhpc.ext.core.cli import command_group, config_command, subcommands_main
+from torchhpc.ext.pliner import commands
 from torchhpc.ext.pliner.config import FindOptions
 
 
-def run_find(opts: FindOptions) -> int:
-    """``torchhpc pliner find``: build, search, print; exit 0 whatever the status (it is the answer)."""
-    from torchhpc.ext.pliner import find
-    from torchhpc.ext.pliner.target import build_target
-
-    model, inputs = build_target(opts.model)
-    res = find(model, inputs, reference=opts.reference, problem=opts.problem, options=opts.search,
-               progress=lambda line: print(line, file=sys.stderr, flush=True))
-    print(json.dumps(res.as_json()) if opts.json else res.report())
-    return 0
-
-
 def _add(sub) -> None:
-    config_command(sub, "find", FindOptions, run_find, config_file=True,
+    config_command(sub, "find", FindOptions, commands.find_command, config_file=True,
                    help="find the ops/modules/lines whose float64 enhancement makes the configurations agree")
 
 

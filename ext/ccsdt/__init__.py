@@ -16,8 +16,12 @@
   (:mod:`~torchhpc.ext.ccsdt.slices`; ``triples_energy`` switches to it when ``max_memory`` is short).
 * :mod:`~torchhpc.ext.ccsdt.costmodel` — the distributed run modelled from its own plan, calibrated on
   measured runs, predicting strong scaling (Summit-like nodes of 6 V100s).
+* :func:`compute` / :func:`report_lines` — ``torchhpc ccsdt`` as a call (:mod:`~torchhpc.ext.ccsdt.commands`,
+  which also holds the command, ``run_ccsdt``).
+* :mod:`~torchhpc.ext.ccsdt.blocks` — the kernel of one block of occupied triples that every torch path
+  shares (in core, out of core, distributed), and the input checks.
 * :mod:`~torchhpc.ext.ccsdt.config` (every option), :mod:`~torchhpc.ext.ccsdt.molecule` (geometry
-  input), :mod:`~torchhpc.ext.ccsdt.job` (``torchhpc ccsdt`` as a call), :mod:`~torchhpc.ext.ccsdt.demo`.
+  input), :mod:`~torchhpc.ext.ccsdt.demo`.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from torchhpc.ext.core.lazy import lazy_exports
 _EXPORTS = {
     "PreparedTriples": "io", "TriplesInputs": "io", "check_closed_shell": "io", "from_pyscf": "io",
     "load_inputs": "io", "prepare_triples": "io", "save_inputs": "io",
-    "check_inputs": "ops", "occupied_triples": "ops", "triples_backend": "ops", "triples_energy": "ops",
+    "check_inputs": "blocks", "occupied_triples": "blocks", "triples_backend": "ops", "triples_energy": "ops",
     "triples_energy_torch": "ops", "triples_flops": "ops",
     "triples_energy_reference": "reference",
     "triples_energy_distributed": "distributed", "triples_energy_out_of_core": "slices",
+    "TriplesResult": "commands", "compute": "commands", "report_lines": "commands",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -3,9 +3,9 @@
 * :class:`MoleculeOptions` — the molecule PySCF solves (``--atom``/``--xyz``, ``--basis``,
   ``--charge``, ``--unit``, ``--frozen-core``); :func:`~torchhpc.ext.ccsdt.io.prepare_triples`
   takes it.
-* :class:`CCSDTOptions` — the whole command: the molecule or saved ``--inputs``, where and how the
-  (T) runs (``--device``, ``--backend``, ``--max-memory``, ``--threads``, ``--nproc``, ``--timeout``) and
-  what is printed.
+* :class:`CCSDTOptions` — the whole command: the molecule or saved ``--inputs``, how the (T) runs
+  (``--backend``, ``--max-memory``), where and on how many processes (the ``dist`` section,
+  :class:`CCSDTDist`: ``--device``, ``--threads``, ``--nproc``, ``--timeout-s``) and what is printed.
 * :class:`CCSDTTour` — the ``torchhpc demo`` step (:func:`torchhpc.ext.ccsdt.demo.demo`).
 
 Ranges and choices are checked when a dataclass is built (library, YAML or flags alike), with a
@@ -14,11 +14,11 @@ Ranges and choices are checked when a dataclass is built (library, YAML or flags
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from torchhpc.ext.core.config import _check_range, option
+from torchhpc.ext.core.config import DistOptions, Options, option
 from torchhpc.ext.core.errors import ConfigError
 
 #: default bound on the (T) work buffers, MB (PySCF's CCSD default is also 4000 MB)
@@ -28,15 +28,8 @@ DEFAULT_MAX_MEMORY_MB = 4000.0
 BACKEND_CHOICES = ("auto", "torch", "triton")
 
 
-def _check_ranges(options, where: str) -> None:
-    """Check every field of ``options`` against its ``option(ge=, gt=, choices=)``; ConfigError names it."""
-    for f in dataclasses.fields(options):
-        if not dataclasses.is_dataclass(getattr(options, f.name)):
-            _check_range(getattr(options, f.name), f.metadata, where, f.name)
-
-
 @dataclass
-class MoleculeOptions:
+class MoleculeOptions(Options):
     """The molecule: PySCF runs RHF, then CCSD, and the (T) uses its amplitudes and integrals."""
 
     atom: str | None = option(None, flag="--atom",
@@ -49,7 +42,7 @@ class MoleculeOptions:
     frozen_core: bool = option(False, flag="--frozen-core", help="freeze core orbitals (PySCF's set_frozen)")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "molecule")
+        super().__post_init__()
         if self.atom is not None and self.xyz is not None:
             raise ConfigError("give the geometry with --atom or --xyz, not both")
 
@@ -60,30 +53,41 @@ class MoleculeOptions:
 
 
 @dataclass
-class CCSDTOptions:
+class CCSDTDist(DistOptions):
+    """Where and on how many processes the (T) runs (the ``dist:`` section)."""
+
+    device: str = option("auto", flag="--device", choices=["auto", "cpu", "cuda"],
+                         help="where the (T) runs (auto: CUDA when present)")
+    threads: int = option(0, flag="--threads", ge=0, help="CPU threads for PySCF and the (T) (0: torch's default)")
+    nproc: int = option(1, flag="--nproc", ge=1, le=4096,
+                        help="processes: > 1 launches torchrun and shares the (T) out over the ranks")
+    timeout_s: float = option(600.0, flag="--timeout-s", gt=0,
+                              help="seconds a rank waits for a peer (PySCF on rank 0 included) before the job fails")
+
+
+@dataclass
+class CCSDTOptions(Options):
     """``torchhpc ccsdt``: E(T) of a molecule (PySCF for RHF and CCSD) or of saved (T) inputs."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"device": "dist.device", "threads": "dist.threads", "nproc": "dist.nproc",
+                                         "timeout": "dist.timeout_s"}
+    LEGACY_VALUES = {"dist.threads": {None: 0}}  # "threads: null" meant torch's default
 
     molecule: MoleculeOptions = option(default_factory=MoleculeOptions, help="the molecule")
     inputs: Path | None = option(None, flag="--inputs",
                                  help="(T) inputs saved with --save-inputs, instead of a molecule (no PySCF needed)")
-    device: str = option("auto", choices=["auto", "cpu", "cuda"],
-                         help="where the (T) runs (auto: CUDA when present)")
     backend: str = option("auto", choices=BACKEND_CHOICES,
                           help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs")
     max_memory: float = option(DEFAULT_MAX_MEMORY_MB, gt=0,
                                help="MB bound of the (T) operands and work buffers on the device, per rank "
                                "(picks the block size; below the in-core need the integrals stream out of core)")
-    threads: int | None = option(None, ge=1, help="CPU threads for PySCF and the (T) (null: torch's)")
-    nproc: int = option(1, flag="--nproc", ge=1, le=4096,
-                        help="processes: > 1 launches torchrun and shares the (T) out over the ranks")
-    timeout: float = option(600.0, gt=0, help="seconds a rank waits for a peer (PySCF on rank 0 included) "
-                            "before the job fails")
     compare_pyscf: bool = option(False, help="also run pyscf.cc.ccsd_t.kernel on the same inputs and compare")
     json: bool = option(False, help="print one JSON object instead of the report")
     save_inputs: Path | None = option(None, help="save t1, t2, integrals and energies to this .npz")
+    dist: CCSDTDist = option(default_factory=CCSDTDist, help="where and on how many processes the (T) runs")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "ccsdt")
+        super().__post_init__()
         mol = self.molecule
         sources = sum(x is not None for x in (mol.atom, mol.xyz, self.inputs))
         if sources != 1:
@@ -100,10 +104,10 @@ class CCSDTOptions:
 
 
 @dataclass
-class CCSDTTour:
+class CCSDTTour(Options):
     """The demo step: E(T) of water, ours against PySCF's ccsd_t on the same inputs (frozen core)."""
 
     basis: str = option("6-31g", help="basis set of the water molecule")
 
 
-__all__ = ["BACKEND_CHOICES", "DEFAULT_MAX_MEMORY_MB", "CCSDTOptions", "CCSDTTour", "MoleculeOptions"]
+__all__ = ["BACKEND_CHOICES", "DEFAULT_MAX_MEMORY_MB", "CCSDTDist", "CCSDTOptions", "CCSDTTour", "MoleculeOptions"]

@@ -39,8 +39,8 @@ import torch.distributed as dist
 
 from torchhpc.ext.core.errors import DistributedError, InputError
 
+from .blocks import INPUT_NAMES, check_inputs
 from .config import DEFAULT_MAX_MEMORY_MB
-from .ops import INPUT_NAMES, check_inputs
 from .slices import (
     PairOperands,
     SliceStats,
@@ -281,7 +281,7 @@ def triples_energy_distributed(
         :class:`DistributedRun`: the energy (the same on every rank), this rank's statistics and all ranks'.
 
     Raises:
-        InputError: inputs as :func:`~torchhpc.ext.ccsdt.ops.check_inputs`; ``max_memory`` too small.
+        InputError: inputs as :func:`~torchhpc.ext.ccsdt.blocks.check_inputs`; ``max_memory`` too small.
         DistributedError: no initialised process group, or a peer that died or did not answer in time.
     """
     if not (dist.is_available() and dist.is_initialized()):

@@ -34,9 +34,10 @@ import numpy as np
 
 from torchhpc.ext.core.errors import InputError
 
+from .blocks import INPUT_NAMES, check_inputs
 from .config import MoleculeOptions
 from .molecule import build_molecule, hill_formula, parse_atom_string, read_xyz, require_pyscf
-from .ops import INPUT_NAMES, check_inputs, triples_energy
+from .ops import triples_energy
 
 #: written into every saved file; load_inputs refuses other formats
 FORMAT = "torchhpc.ccsdt.inputs/1"
@@ -288,7 +289,7 @@ def load_inputs(path: str | os.PathLike, validate: bool = True) -> TriplesInputs
     """Read a file written by :func:`save_inputs`.
 
     Args:
-        validate: also run :func:`~torchhpc.ext.ccsdt.ops.check_inputs` (shapes, NaNs, energies).
+        validate: also run :func:`~torchhpc.ext.ccsdt.blocks.check_inputs` (shapes, NaNs, energies).
 
     Raises:
         InputError: the file is missing, not an ``.npz``, of another format, lacks an array,

@@ -35,7 +35,7 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
-from .ops import _BUFFERS, CACHE_BLOCK_BYTES, _block_energy, _fill_slices
+from .blocks import BUFFERS_PER_TRIPLE, CACHE_BLOCK_BYTES, block_energy, fill_slice_operands, occupied_triples
 
 #: fewest slices a block can need (a triple of three distinct occupied indices)
 MIN_CAPACITY = 3
@@ -88,7 +88,7 @@ def triple_flops(i: int, j: int, k: int, nocc: int, nvir: int) -> float:
     """GEMM flops of one occupied triple in the blocked path: ``2 R (v + o) v^2`` for ``R`` output rows.
 
     Distinct ``i > j > k`` run ``6 v`` rows (two stacked ``2v``-row GEMMs and two ``v``-row ones);
-    with two equal indices one layout is a copy, ``4 v`` rows (see ``_block_energy``).
+    with two equal indices one layout is a copy, ``4 v`` rows (see :func:`~torchhpc.ext.ccsdt.blocks.block_energy`).
     """
     rows = 6 * nvir if (i != j and j != k) else 4 * nvir
     return 2.0 * rows * (nvir + nocc) * nvir**2
@@ -113,7 +113,7 @@ def replicated_bytes(nocc: int, nvir: int) -> int:
 
 def triple_bytes(nocc: int, nvir: int) -> int:
     """Bytes per triple of a block: four ``(v, v, v)`` buffers and the block's ``H`` pairs (3 x ``2 v^2``)."""
-    return 8 * (_BUFFERS * nvir**3 + 6 * nvir * nvir)
+    return 8 * (BUFFERS_PER_TRIPLE * nvir**3 + 6 * nvir * nvir)
 
 
 class _PerUse:
@@ -127,7 +127,7 @@ class _PerUse:
 
 
 class PairOperands:
-    """The pair operands of :class:`~torchhpc.ext.ccsdt.ops._Intermediates` (``TT``, ``TT2``, ``H``; same
+    """The pair operands of :class:`~torchhpc.ext.ccsdt.blocks.InCoreOperands` (``TT``, ``TT2``, ``H``; same
     layouts) built per use from ``t2, (ia|jk), (ia|jb)``, so that none of them is held whole; ``AT, BT``
     are set per block by :func:`run_sliced` to the cached slices. A ``TT[p, q]`` is ``v (v + o)``
     copies for a GEMM of ``2 v^2 (v + o) v`` flops: a negligible cost."""
@@ -372,13 +372,13 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
                 block = blocks[t]
                 rows = cache.admit(needs[t])
                 for x, row in rows:
-                    _fill_slices(cache.AT[row: row + 1], cache.BT[row: row + 1], got[x].unsqueeze(0), t2, [x])
+                    fill_slice_operands(cache.AT[row: row + 1], cache.BT[row: row + 1], got[x].unsqueeze(0), t2, [x])
                 stats.requests += len(needs[t])
                 stats.hits += len(needs[t]) - len(rows)
                 X.AT, X.BT = cache.views(needs[t])
                 idx = torch.tensor([triples[n] for n in block], dtype=torch.int64, device=dev)
                 wts = torch.tensor([weights[n] for n in block], dtype=torch.float64, device=dev)
-                energy += _block_energy(X, idx, wts, e_occ, e_vvv, L[: len(block)], Y[: len(block)])
+                energy += block_energy(X, idx, wts, e_occ, e_vvv, L[: len(block)], Y[: len(block)])
                 stats.blocks += 1
                 stats.triples += len(block)
                 stats.flops += sum(triple_flops(*triples[n], o, v) for n in block)
@@ -402,8 +402,6 @@ def triples_energy_out_of_core(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, 
     Raises:
         InputError: ``max_memory`` below what :func:`sliced_layout` needs.
     """
-    from .ops import occupied_triples
-
     o, v = t1.shape
     idx, wts = occupied_triples(o)
     triples = [tuple(r) for r in idx.tolist()]

@@ -8,8 +8,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torchhpc.ext.core.config import option
+from torchhpc.ext.core.config import DistOptions, Options, option
 from torchhpc.ext.core.errors import ConfigError
 
 ALGO_CHOICES = ("direct", "lag-h", "law-h", "auto")
@@ -50,8 +51,23 @@ def _check_algos(text: str, key: str) -> list[str]:
 
 
 @dataclass
-class BenchOptions:
+class BenchDist(DistOptions):
+    """Where the bench's ranks run: the device, torch's threads, how many ranks, how long a rank waits."""
+
+    device: str = option("cpu", flag="--device", help="cpu (gloo), cuda (NCCL) or auto (cuda when present)",
+                         choices=["auto", "cpu", "cuda"])
+    nproc: int = option(4, flag="--nproc", ge=1, le=256,
+                        help="processes to launch with torchrun (the torchhpc command only)")
+    timeout_s: float = option(120.0, flag="--timeout-s", gt=0, le=86400,
+                              help="seconds a rank waits for its peers (collectives, node-mates' shared-memory "
+                              "outboxes) before the job fails")
+
+
+@dataclass
+class BenchOptions(Options):
     """Options of ``torchhpc collectives bench`` (time per call and bytes crossing nodes, per algorithm)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"device": "dist.device", "timeout": "dist.timeout_s", "nproc": "dist.nproc"}
 
     graph: str = option("random:0.5", help="process graph: random:DENSITY (each ordered pair an edge with that "
                         "probability), powerlaw:MEAN_DEGREE:EXPONENT (power-law out-degrees) or moore:D:R "
@@ -70,12 +86,10 @@ class BenchOptions:
     json: bool = option(False, help="print the results as one JSON line instead of a table")
     stats: bool = option(False, help="also report where each algorithm's time goes: seconds per phase (gather, "
                          "inter-node, scatter), the largest median over ranks")
-    device: str = option("cpu", help="cpu (gloo) or cuda (NCCL)", choices=["auto", "cpu", "cuda"])
-    timeout: float = option(120.0, help="collective timeout in seconds: a dead peer fails the job after this",
-                            gt=0, le=86400)
-    nproc: int = option(4, help="processes to launch with torchrun (the torchhpc command only)", ge=1, le=256)
+    dist: BenchDist = option(default_factory=BenchDist, help="where and on how many ranks it runs")
 
     def __post_init__(self):
+        super().__post_init__()
         _check_graph(self.graph, "--graph")
         _check_sizes(self.sizes, "--sizes")
         _check_algos(self.algo, "--algo")
@@ -90,7 +104,7 @@ class BenchOptions:
 
 
 @dataclass
-class ModelOptions:
+class ModelOptions(Options):
     """Options of ``torchhpc collectives model``: predict each algorithm's time at scale."""
 
     nodes: int = option(512, help="nodes of the predicted machine", ge=1, le=100000)
@@ -107,12 +121,13 @@ class ModelOptions:
     json: bool = option(False, help="print one JSON line instead of a table")
 
     def __post_init__(self):
+        super().__post_init__()
         _check_graph(self.graph, "--graph")
         _check_sizes(self.sizes, "--sizes")
 
 
 @dataclass
-class CollectivesTour:
+class CollectivesTour(Options):
     """The collectives step of ``make demo``: the plans and the cost model on a 2-node graph (no torchrun)."""
 
     nranks: int = option(8, help="ranks of the demo graph", ge=2, le=4096)

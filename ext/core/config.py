@@ -224,6 +224,9 @@ class Options:
     """
 
     RENAMED: ClassVar[Mapping[str, str]] = {}
+    LEGACY_VALUES: ClassVar[Mapping[str, Mapping[Any, Any]]] = {}
+    """Per renamed key's new name, values that meant something else under the old name (e.g.
+    ``{"dist.threads": {None: 0}}``: ``threads: null`` meant torch's default, which is now 0)."""
 
     def __post_init__(self) -> None:
         check_ranges(self)
@@ -373,7 +376,10 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
                 label = f"--set {item}"
             else:
                 label, parts, value = item[0], list(item[1]), item[2]
-            parts = _renamed_path(cls, parts, label)
+            renamed = _renamed_path(cls, parts, label)
+            if renamed != parts:
+                value = _legacy_value(cls, ".".join(renamed), value, label)
+            parts = renamed
             _check_override_path(cls, parts, label)
             one: dict[str, Any] = {}
             node = one
@@ -394,6 +400,19 @@ def _renamed_path(cls: type, parts: list[str], where: str) -> list[str]:
             warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
             return new.split(".") + parts[len(old.split(".")):]
     return parts
+
+
+def _legacy_value(cls: type, new_key: str, value: Any, where: str) -> Any:
+    """``value`` of an old key in the meaning of its new name (``cls.LEGACY_VALUES``), with a warning."""
+    table = getattr(cls, "LEGACY_VALUES", {}).get(new_key, {})
+    try:
+        if value in table:
+            warn(f"{where}: '{new_key}: {yaml.safe_dump(value).split(chr(10))[0]}' now reads "
+                 f"'{new_key}: {table[value]}' (the same meaning under the new name)")
+            return table[value]
+    except TypeError:  # an unhashable value (a list, a mapping) has no legacy meaning
+        pass
+    return value
 
 
 def _rename_keys(cls: type, data: dict[str, Any], where: str) -> None:
@@ -421,7 +440,7 @@ def _rename_keys(cls: type, data: dict[str, Any], where: str) -> None:
                 raise ConfigError(f"{where}: key '{old}' is now '{new}', but '{p}' is not a section")
         if new_leaf in target:
             raise ConfigError(f"{where}: both '{old}' and its new name '{new}' are given; keep '{new}'")
-        target[new_leaf] = value
+        target[new_leaf] = _legacy_value(cls, new, value, where)
 
 
 def _coerce_partial(cls: type, data: Mapping[str, Any], where: str, prefix: str = "") -> None:

@@ -49,11 +49,13 @@ def torchrun_command(module: str, nproc: int, argv: Sequence[str] = ()) -> list[
             "-m", module, *argv]
 
 
-def relaunch(options: Any, module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: float = 10.0) -> int:
+def relaunch(options: Any, module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: float = 10.0,
+             quiet: bool = False) -> int:
     """Run ``module`` on ``nproc`` torchrun ranks with ``options`` (a config dataclass) as its config.
 
     The ranks get ``argv`` then ``--config PATH``, where ``PATH`` is a temporary YAML file holding the
-    resolved ``options`` (flags and ``--set`` included), removed when the job ends.
+    resolved ``options`` (flags and ``--set`` included), removed when the job ends.  ``quiet`` drops what
+    the ranks print on stdout (a caller that reads the run folder instead).
 
     Returns:
         0 when every rank succeeded; torchrun's exit status when it failed without a rank's error line.
@@ -67,11 +69,11 @@ def relaunch(options: Any, module: str, nproc: int, argv: Sequence[str] = (), *,
     with tempfile.TemporaryDirectory(prefix="torchhpc-launch-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(dump_config(options))
-        return torchrun(module, nproc, [*argv, "--config", str(path)], grace_s=grace_s)
+        return torchrun(module, nproc, [*argv, "--config", str(path)], grace_s=grace_s, quiet=quiet)
 
 
-def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: float = 10.0) -> int:
-    """Run ``module`` under torchrun on ``nproc`` local ranks and wait for it.
+def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: float = 10.0, quiet: bool = False) -> int:
+    """Run ``module`` under torchrun on ``nproc`` local ranks and wait for it (``quiet``: drop the ranks' stdout).
 
     Returns:
         0 when every rank succeeded; torchrun's exit status when it failed without a rank's error line
@@ -85,7 +87,7 @@ def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: floa
     with tempfile.TemporaryDirectory(prefix="torchhpc-torchrun-") as scratch:
         env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), TMPDIR=scratch)
         proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
-                                start_new_session=True)
+                                start_new_session=True, stdout=subprocess.DEVNULL if quiet else None)
         lines: list[str] = []
         warnings = ("torchhpc: warning:", f"{module}: warning:")
 

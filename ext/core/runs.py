@@ -348,8 +348,8 @@ def newest_intact(
             continue
         if damaged and report:
             more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            name = key.name if isinstance(key, Path) else f"step {step}"
-            warn(f"{damaged[0]}{more}; using {name} (step {step}), the newest intact checkpoint in {where}")
+            name = f"{key.name} (step {step})" if isinstance(key, Path) else f"step {step}"
+            warn(f"{damaged[0]}{more}; using {name}, the newest intact checkpoint in {where}")
         return step, key, loaded
     if damaged:
         more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""

@@ -2,7 +2,8 @@
 and the YAML configs in ``configs/foresight/`` come from here.
 
 * :class:`SweepConfig` — ``torchhpc foresight run --config FILE``: input, compressors with parameter
-  sweeps, metrics, analyses with their pass/fail rules, output (a Cinema database + table + HTML page).
+  sweeps, metrics, analyses with their pass/fail rules, output (a Cinema database + table + HTML page),
+  and ``dist`` (:class:`SweepDist`: ``--device``, ``--threads``, ``--nproc``, ``--timeout-s``).
 * :class:`CompressOptions` / :class:`DecompressOptions` — one-off ``compress IN OUT`` / ``decompress IN OUT``.
 * :class:`ForesightTour` — the ``torchhpc demo`` step (:func:`torchhpc.ext.foresight.demo.demo`).
 
@@ -20,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchhpc.ext.core.config import check_ranges, option
+from torchhpc.ext.core.config import DistOptions, Options, RunOptions, option
 from torchhpc.ext.core.errors import ConfigError, InputError
-from torchhpc.ext.core.runs import RunOptions
 
 ANALYSIS_NAMES = ("power_spectrum", "halo_mass_function", "turbulence")
 METRIC_NAMES = ("max_abs_error", "max_rel_error", "mse", "psnr", "psnr_peak", "value_range", "ssim", "ratio",
@@ -31,7 +31,7 @@ COMPRESSOR_NAMES = ("ours", "sz3", "zfp", "fpzip", "bitgroom", "downsample", "zs
 
 
 @dataclass
-class InputOptions:
+class InputOptions(Options):
     """What to compress: a file, or a synthetic field with known statistics."""
 
     path: str | None = option(None, help="HDF5 (NYX), .npy/.npz, raw volume or HACC GenericIO file; "
@@ -50,7 +50,7 @@ class InputOptions:
                                                "header's scale, else the grid size for particles, else 1)")
 
     def __post_init__(self) -> None:
-        check_ranges(self, "input")
+        super().__post_init__()
         if self.path is not None and self.format == "raw" and not self.dims:
             raise ConfigError("input.dims is required for a raw volume (e.g. [512, 512, 512])")
 
@@ -88,7 +88,7 @@ def expand_axis(value: Any, where: str) -> list[Any]:
 
 
 @dataclass
-class CompressorSpec:
+class CompressorSpec(Options):
     """One compressor and its parameter sweep."""
 
     name: str = option(help=f"compressor: {', '.join(COMPRESSOR_NAMES)}")
@@ -97,6 +97,7 @@ class CompressorSpec:
                                          "[a, b, n]} is a sweep axis")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.name not in COMPRESSOR_NAMES:
             raise ConfigError(f"unknown compressor {self.name!r} (known: {', '.join(COMPRESSOR_NAMES)})")
 
@@ -108,7 +109,7 @@ class CompressorSpec:
 
 
 @dataclass
-class AnalysisSpec:
+class AnalysisSpec(Options):
     """One analysis and its pass/fail rule."""
 
     name: str = option(help=f"analysis: {', '.join(ANALYSIS_NAMES)}")
@@ -130,7 +131,7 @@ class AnalysisSpec:
                                         help="turbulence: the velocity component fields")
 
     def __post_init__(self) -> None:
-        check_ranges(self, "analyses")
+        super().__post_init__()
         if self.name not in ANALYSIS_NAMES:
             raise ConfigError(f"unknown analysis {self.name!r} (known: {', '.join(ANALYSIS_NAMES)})")
         for key in ("position_fields", "velocity_fields"):
@@ -139,7 +140,7 @@ class AnalysisSpec:
 
 
 @dataclass
-class OutputOptions:
+class OutputOptions(Options):
     """What a sweep writes into its run folder."""
 
     name: str = option("foresight", help="the Cinema database is <name>.cdb/ (data.csv + PNGs)")
@@ -152,8 +153,22 @@ def _default_compressors() -> list[CompressorSpec]:
 
 
 @dataclass
-class SweepConfig:
+class SweepDist(DistOptions):
+    """Where a sweep runs and on how many processes (the ``dist:`` section).
+
+    The suite's :class:`~torchhpc.ext.core.config.DistOptions`, on the CPU by default; the ranks of
+    ``--nproc N`` each run a slice of the settings and talk over gloo whatever the device.
+    """
+
+    device: str = option("cpu", flag="--device", choices=["auto", "cpu", "cuda"],
+                         help="where our compressor and the analyses run (auto: cuda when present)")
+
+
+@dataclass
+class SweepConfig(Options):
     """``torchhpc foresight run --config FILE``: compressors x settings x fields -> metrics and analyses."""
+
+    RENAMED = {"device": "dist.device", "nproc": "dist.nproc"}
 
     input: InputOptions = option(default_factory=InputOptions, help="the data")
     compressors: list[CompressorSpec] = option(default_factory=_default_compressors, cli=False,
@@ -164,12 +179,12 @@ class SweepConfig:
     analyses: list[AnalysisSpec] = option(default_factory=list, cli=False,
                                           help="analyses and their pass/fail rules (config file only)")
     output: OutputOptions = option(default_factory=OutputOptions, help="the Cinema database and page")
-    device: str = option("cpu", choices=["auto", "cpu", "cuda"],
-                         help="where our compressor and the analyses run (auto: cuda when present)")
-    nproc: int = option(1, ge=1, le=256, help="ranks to launch with torchrun (each runs a slice of the sweep)")
+    dist: SweepDist = option(default_factory=SweepDist,
+                             help="device, CPU threads, torchrun ranks (each runs a slice of the sweep), timeout")
     run: RunOptions = option(default_factory=RunOptions, help="the run folder")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         for m in self.metrics:
             if m not in METRIC_NAMES:
                 raise ConfigError(f"unknown metric {m!r} (known: {', '.join(METRIC_NAMES)})")
@@ -187,7 +202,7 @@ class SweepConfig:
 
 
 @dataclass
-class CompressOptions:
+class CompressOptions(Options):
     """``torchhpc foresight compress IN OUT``: one setting on one file."""
 
     input: Path = option(positional=True, help="the array: .npy/.npz, HDF5 (with --field) or raw (with --dims)")
@@ -204,12 +219,9 @@ class CompressOptions:
     json: bool = option(False, help="print one JSON object instead of the text report")
     device: str = option("cpu", choices=["auto", "cpu", "cuda"], help="where our compressor runs")
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "compress")
-
 
 @dataclass
-class DecompressOptions:
+class DecompressOptions(Options):
     """``torchhpc foresight decompress IN OUT.npy``."""
 
     input: Path = option(positional=True, help="a file written by `torchhpc foresight compress`")
@@ -220,7 +232,7 @@ class DecompressOptions:
 
 
 @dataclass
-class ForesightTour:
+class ForesightTour(Options):
     """The ``torchhpc demo`` step: a small sweep of ours/SZ3/ZFP/fpzip on a synthetic GRF."""
 
     size: int = option(32, ge=8, le=256, help="points per side of the synthetic field")
@@ -229,4 +241,4 @@ class ForesightTour:
 
 __all__ = ["ANALYSIS_NAMES", "COMPRESSOR_NAMES", "METRIC_NAMES", "AnalysisSpec", "CompressOptions",
            "CompressorSpec", "DecompressOptions", "ForesightTour", "InputOptions", "OutputOptions", "SweepConfig",
-           "expand_axis"]
+           "SweepDist", "expand_axis"]

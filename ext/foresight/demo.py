@@ -6,17 +6,26 @@ from __future__ import annotations
 
 import torch
 
-from .config import AnalysisSpec, CompressorSpec, ForesightTour, InputOptions, OutputOptions, SweepConfig
+from .config import (
+    AnalysisSpec,
+    CompressorSpec,
+    ForesightTour,
+    InputOptions,
+    OutputOptions,
+    SweepConfig,
+    SweepDist,
+)
 
 
-def demo_config(tour: ForesightTour, root: str, seed: int) -> SweepConfig:
+def demo_config(tour: ForesightTour, root: str, seed: int, device: str = "cpu") -> SweepConfig:
     """The demo's sweep: every bound of ``tour.bounds`` (value-range relative) for four compressors."""
     from torchhpc.ext.core.runs import RunOptions
 
     comps = [CompressorSpec(n, {"mode": "rel", "bound": list(tour.bounds)}) for n in ("ours", "sz3", "zfp", "fpzip")]
     return SweepConfig(input=InputOptions(synthetic="grf", size=tour.size, seed=seed), compressors=comps,
                        analyses=[AnalysisSpec("power_spectrum", tolerance=0.01, k_max_fraction=0.5)],
-                       output=OutputOptions(name="demo"), run=RunOptions(root=root, run_id="sweep", progress=False))
+                       output=OutputOptions(name="demo"), dist=SweepDist(device=device),
+                       run=RunOptions(root=root, run_id="sweep", progress=False))
 
 
 def demo(tour: ForesightTour, run, device: torch.device, seed: int) -> dict:
@@ -32,8 +41,7 @@ def demo(tour: ForesightTour, run, device: torch.device, seed: int) -> dict:
     from .sweep import load_input, run_sweep
 
     root = str(run.dir) if run is not None else "runs/demo"
-    cfg = demo_config(tour, root, seed)
-    cfg.device = "cuda" if torch.device(device).type == "cuda" else "cpu"
+    cfg = demo_config(tour, root, seed, "cuda" if torch.device(device).type == "cuda" else "cpu")
     sub = Run("foresight", cfg, root=root, run_id="sweep", progress=False)
     summary = run_sweep(cfg, sub)
     cols, rows = read_cinema(summary["cinema"])

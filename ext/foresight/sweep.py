@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from torchhpc.ext.core.device import pick_device
+from torchhpc.ext.core.distributed import DistContext
 from torchhpc.ext.core.errors import InputError
 
 from . import analyses as an
@@ -243,17 +245,18 @@ def best_settings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "min_psnr": None}) for c in tried]
 
 
-def run_sweep(cfg: SweepConfig, run, ctx=None) -> dict[str, Any]:
+def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None) -> dict[str, Any]:
     """Run the sweep of ``cfg`` into ``run`` (a :class:`~torchhpc.ext.core.runs.Run`); this rank's slice
-    under torchrun.  Rank 0 writes the database, the table and the page and returns the summary."""
+    under torchrun (``ctx``, the job's :class:`~torchhpc.ext.core.distributed.DistContext`; ``None``: one
+    process).  Rank 0 writes the database, the table and the page and returns the summary.
+
+    Raises:
+        InputError: ``cfg.dist.device`` cannot be used here, or the input cannot be read.
+    """
     from . import cinema
 
-    rank = getattr(ctx, "rank", 0) if ctx is not None else 0
-    world = getattr(ctx, "world_size", 1) if ctx is not None else 1
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise InputError("device: cuda was asked for but no CUDA device is available (use cpu or auto)")
-    device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+    device = pick_device(cfg.dist.device)
     fields, box = load_input(cfg)
     settings = sweep_settings(cfg)
     ref = original_analyses(cfg, fields, box)
@@ -264,12 +267,8 @@ def run_sweep(cfg: SweepConfig, run, ctx=None) -> dict[str, Any]:
     t0 = time.time()
     for s in run.progress(mine, desc="foresight sweep", unit="setting"):
         rows.extend(run_setting(cfg, s, fields, box, ref, cdb, device))
-    if ctx is not None and getattr(ctx, "initialized", False):
-        import torch.distributed as dist
-
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, rows)
-        rows = [r for part in gathered for r in part]
+    if world > 1:
+        rows = [r for part in ctx.gather(rows) for r in part]
     rank_of = {s.row_name(f): (s.index, i) for s in settings for i, f in enumerate(fields)}
     rows.sort(key=lambda r: rank_of.get(r["Compressor_field__params"], (1 << 30, 0)))
     if rank != 0:

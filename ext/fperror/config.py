@@ -11,20 +11,19 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
-from torchhpc.ext.core.config import _check_range, option
+from torchhpc.ext.core.config import Options, option
 from torchhpc.ext.core.errors import ConfigError
 
-
-def _check_ranges(options, where: str) -> None:
-    for f in dataclasses.fields(options):
-        if not dataclasses.is_dataclass(getattr(options, f.name)):
-            _check_range(getattr(options, f.name), f.metadata, where, f.name)
+#: keys renamed since earlier versions (old -> new), for AnalyzeOptions and TraceOptions files and --set
+_RENAMED = {"bound.time_budget": "bound.time_budget_s"}
 
 
 @dataclass
-class BoundOptions:
-    """How the bound is computed."""
+class BoundOptions(Options):
+    """How the bound is computed: the one set of settings (and defaults) of
+    :func:`~torchhpc.ext.fperror.ops.analyze`, ``analyze_file``, ``bound`` and both commands."""
 
     inputs: str = option("exact", choices=["exact", "rounded"], flag="--inputs",
                          help="inputs exact, or rounded from reals to their declared precision (FPTaylor's convention)")
@@ -51,12 +50,23 @@ class BoundOptions:
                                help="DAGs larger than this get one interval pass over the whole box")
     bb_max_inputs: int = option(12, ge=1, flag="--bb-max-inputs",
                                 help="more free inputs than this: no branch and bound (bisection does not pay)")
-    time_budget: float = option(20.0, gt=0, flag="--time-budget", help="seconds of branch and bound per file")
+    bb_max_outputs: int = option(16, ge=0, flag="--bb-max-outputs",
+                                 help="more outputs than this: one interval pass instead of branch and bound")
+    time_budget_s: float = option(20.0, gt=0, flag="--time-budget", help="seconds of branch and bound per file")
     top: int = option(5, ge=0, le=1000, flag="--top", help="culprit operations listed per output")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "fperror")
+        super().__post_init__()
         self.abstraction_window()
+
+    def updated(self, **overrides) -> BoundOptions:
+        """A copy with ``overrides`` (field names) set, checked like any instance; ``self`` when none.
+
+        Raises:
+            TypeError: a name that is not a field.
+            ConfigError: a value out of range.
+        """
+        return dataclasses.replace(self, **overrides) if overrides else self
 
     def abstraction_window(self) -> str | tuple[int, int]:
         """``"off"``/``"auto"`` or the ``(MIN, MAX)`` level window; ConfigError names the option."""
@@ -72,8 +82,10 @@ class BoundOptions:
 
 
 @dataclass
-class AnalyzeOptions:
+class AnalyzeOptions(Options):
     """``torchhpc fperror analyze FILE``."""
+
+    RENAMED: ClassVar[dict[str, str]] = _RENAMED
 
     file: Path = option(positional=True, help="Satire, FPTaylor or FPCore file")
     format: str = option("auto", choices=["auto", "satire", "fptaylor", "fpcore"], flag="--format",
@@ -81,13 +93,12 @@ class AnalyzeOptions:
     json: bool = option(False, flag="--json", help="print one JSON object instead of the table")
     bound: BoundOptions = option(default_factory=BoundOptions, help="how the bound is computed")
 
-    def __post_init__(self) -> None:
-        _check_ranges(self, "fperror analyze")
-
 
 @dataclass
-class TraceOptions:
+class TraceOptions(Options):
     """``torchhpc fperror trace module:function --ranges x=-1:1,y=0:2``."""
+
+    RENAMED: ClassVar[dict[str, str]] = _RENAMED
 
     target: str = option(positional=True, help="module:function (the module is imported; a .py path works too)")
     ranges: str = option("", flag="--ranges", help="input ranges by argument name: x=-1:1,y=0:2")
@@ -98,13 +109,13 @@ class TraceOptions:
     bound: BoundOptions = option(default_factory=BoundOptions, help="how the bound is computed")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "fperror trace")
+        super().__post_init__()
         if ":" not in self.target:
             raise ConfigError(f"target: expected module:function, got {self.target!r}")
 
 
 @dataclass
-class FperrorTour:
+class FperrorTour(Options):
     """The demo step: bound three FPBench kernels and a torch softmax; sampled errors must stay below."""
 
     samples: int = option(200, ge=10, le=100000, help="random points per kernel for the soundness check")

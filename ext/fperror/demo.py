@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .api import bound
-from .config import BoundOptions, FperrorTour
-from .ops import analyze
+from .config import FperrorTour
+from .ops import analyze, bound
 from .parsers import parse_satire
 from .reference import sampled_errors
 
@@ -49,7 +48,7 @@ def demo(tour: FperrorTour, run, device: torch.device, seed: int) -> dict:
         out[name] = {"bound": res.outputs[0].abs_bound, "observed": obs, "seconds": res.seconds}
         if run is not None:
             run.log(step, step_name="fperror", kernel=name, bound=out[name]["bound"], observed=obs)
-    res = bound(_stencil, {"u": (0.0, 1.0)}, {"u": (8,)}, torch.float32, BoundOptions(device=dev, bb_iters=10))
+    res = bound(_stencil, {"u": (0.0, 1.0)}, {"u": (8,)}, torch.float32, device=dev, bb_iters=10)
     g = torch.Generator().manual_seed(seed)
     worst = 0.0
     for _ in range(tour.samples):

@@ -20,6 +20,7 @@ import torch
 
 from . import interval as iv
 from .dag import ADD, CONST, DIV, MAX, MUL, NEG, SUB, ExprDAG
+from .forward import Forward
 
 
 def dependence(dag: ExprDAG, groups) -> torch.Tensor:
@@ -228,8 +229,6 @@ def affine_ranges(dag: ExprDAG, groups, fw, dep: torch.Tensor, cone_chunk: int =
 
 def linear_enclosures(dag: ExprDAG, groups, fw, dep: torch.Tensor, deriv):
     """Tight (V, P, W) enclosures for a linear DAG: V from :func:`affine_ranges`, W = V +- E."""
-    from .ops import Forward
-
     vl, vh = affine_ranges(dag, groups, fw, dep)
     u = dag.urnd.to(vl.device)[:, None]
     eta = dag.eta.to(vl.device)[:, None]
@@ -267,7 +266,7 @@ def linear_adjoints(dag: ExprDAG, groups, fw, dep: torch.Tensor, col_out: torch.
                     cut_level: int | None = None):
     """Adjoints ``(lo, hi)`` of shape ``(N, C)`` for a linear DAG, in double-double midpoint-radius form.
 
-    With ``cut_level`` the pass stops at the cut (as :func:`.ops.reverse` does): nodes at or below it
+    With ``cut_level`` the pass stops at the cut (as :func:`.adjoint.reverse` does): nodes at or below it
     get only what flows into them from above.
 
     Through input-dependent nodes the partial derivatives are the constants (+-1, a literal to 106
@@ -352,12 +351,10 @@ def reseed_above(dag: ExprDAG, groups, fw, err: torch.Tensor, cut_level: int, de
     """(V, P, W) enclosures with the forward error propagation restarted at the cut.
 
     ``err`` ``(N, 1)``: a bound on |computed - exact| for every node at or below ``cut_level`` (the
-    cut nodes' from the signed path sums below the cut, see :func:`.ops.analyze`); the nodes above the
+    cut nodes' from the signed path sums below the cut, see :func:`.analysis.analyze`); the nodes above the
     cut get theirs by the same forward propagation as :func:`linear_enclosures`, starting there, so
     the absolute-path-sum growth spans only the part above the cut.
     """
-    from .ops import Forward
-
     vl, vh = fw.vl, fw.vh
     u = dag.urnd.to(vl.device)[:, None]
     eta = dag.eta.to(vl.device)[:, None]

@@ -16,10 +16,11 @@ into ``P`` contiguous pipeline stages.  The schedules:
 Modules: :mod:`.modules` (ResNet-v2, MLP), :mod:`.partition` (profiling and stage
 balancing), :mod:`.runtime` (the pipeline engine), :mod:`.reference` (plain
 single-process training, the exactness reference), :mod:`.simulator` (discrete-event
-model of the schedules, and its calibration on measured runs), :mod:`.train` (the
-training job: build, profile and split, train under torchrun, launch torchrun),
-:mod:`.config` (every option, as dataclasses), :mod:`.data`, :mod:`.timeline`,
-:mod:`.demo` (the step of ``torchhpc demo``).
+model of the schedules, and its calibration on measured runs), :mod:`.training` (the
+pieces of the training job: build, profile and split, the checks before any collective,
+the newest intact checkpoint), :mod:`.commands` (the ``torchhpc gems`` commands: train
+under torchrun or relaunch it, partition, simulate), :mod:`.config` (every option, as
+dataclasses), :mod:`.data`, :mod:`.timeline`, :mod:`.demo` (the step of ``torchhpc demo``).
 """
 
 from __future__ import annotations

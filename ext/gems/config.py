@@ -1,24 +1,29 @@
 """Every option of gems, defined once: the training job, the ``gems train/partition/simulate`` commands and
 the demo step.
 
-:class:`GemsConfig` is the training job (``configs/gems/*.yaml`` load into it); the commands add their own
-section to it (:class:`GemsTrain` adds ``launch``, :class:`GemsSimulate` adds ``simulate``).  The CLI flags
-and ``--help`` are generated from these fields (:mod:`torchhpc.ext.core.cli`); the library
-(:mod:`.train`, :mod:`.simulator`) takes the dataclasses themselves.
+:class:`GemsConfig` is the training job and the config of ``gems train`` and ``gems partition``
+(``configs/gems/*.yaml`` load into it); ``gems simulate`` adds its own section (:class:`GemsSimulate`).
+Where and on how many processes the job runs is the ``dist:`` section (:class:`GemsDist`, core's
+:class:`~torchhpc.ext.core.config.DistOptions` with gems' defaults).  The CLI flags and ``--help`` are
+generated from these fields (:mod:`torchhpc.ext.core.cli`); the library (:mod:`.training`,
+:mod:`.simulator`) takes the dataclasses themselves.  Every class is an
+:class:`~torchhpc.ext.core.config.Options`: a dataclass built in Python is range-checked like one read
+from a file.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torchhpc.ext.core.config import ConfigError, RunOptions, option
+from torchhpc.ext.core.config import ConfigError, DistOptions, Options, RunOptions, option
 
 from . import SCHEDULES
 
 
 @dataclass
-class ModelOptions:
+class ModelOptions(Options):
     """The network, as a list of blocks the partitioner splits into stages."""
 
     kind: str = option("resnet_v2", help="resnet_v2 (pre-activation bottleneck, depth 9n+2) | mlp",
@@ -31,7 +36,7 @@ class ModelOptions:
 
 
 @dataclass
-class DataOptions:
+class DataOptions(Options):
     """Input images."""
 
     source: str = option("synthetic", help="synthetic | folder", choices=["synthetic", "folder"])
@@ -42,7 +47,7 @@ class DataOptions:
 
 
 @dataclass
-class PipelineOptions:
+class PipelineOptions(Options):
     """Stages, schedule and data-parallel groups."""
 
     schedule: str = option("mast", help="gpipe (baseline) | mast | master", choices=list(SCHEDULES))
@@ -59,7 +64,7 @@ class PipelineOptions:
 
 
 @dataclass
-class TrainOptions:
+class TrainOptions(Options):
     """Optimisation and logging."""
 
     batch_size: int = option(2, help="samples per replica per repetition (the paper's BS)", ge=1)
@@ -74,7 +79,24 @@ class TrainOptions:
 
 
 @dataclass
-class GemsConfig:
+class GemsDist(DistOptions):
+    """Where and on how many processes the job runs: the CPU, 1 thread and 1 process per pipeline rank, 120 s.
+
+    The ``dist:`` section: core's :class:`~torchhpc.ext.core.config.DistOptions` with gems' defaults.
+    """
+
+    device: str = option("cpu", flag="--device", help="cpu | cuda | auto (gloo on cpu, NCCL on cuda)",
+                         choices=["cpu", "cuda", "auto"])
+    threads: int = option(1, flag="--threads", help="torch threads per rank (0: torch's default)", ge=0)
+    nproc: int | None = option(None, flag="--nproc", ge=1,
+                               help="processes under torchrun (must equal pipeline.stages x pipeline.groups; "
+                                    "null: that)")
+    timeout_s: float = option(120.0, flag="--timeout-s", gt=0,
+                              help="seconds a rank waits for its peers before the job fails")
+
+
+@dataclass
+class GemsConfig(Options):
     """A gems pipeline-parallel training job.
 
     World size = ``pipeline.stages x pipeline.groups``; one update processes :attr:`global_batch` samples.
@@ -90,13 +112,17 @@ class GemsConfig:
     pipeline: PipelineOptions = option(default_factory=PipelineOptions, help="pipeline")
     train: TrainOptions = option(default_factory=TrainOptions, help="training")
     seed: int = option(0, help="seed of the initial weights", ge=0)
-    device: str = option("cpu", help="cpu | cuda | auto (gloo on cpu, NCCL on cuda)", choices=["cpu", "cuda", "auto"])
-    threads: int = option(1, help="torch threads per rank (0 = torch's default)", ge=0)
-    timeout_s: float = option(120.0, help="a rank fails after waiting this long for a peer", gt=0)
+    dist: GemsDist = option(default_factory=GemsDist,
+                            help="device, threads per rank, processes (stages x groups) and peer timeout")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
+
+    RENAMED: ClassVar[dict[str, str]] = {"device": "dist.device", "threads": "dist.threads",
+                                         "timeout_s": "dist.timeout_s", "launch.nproc": "dist.nproc"}
 
     def __post_init__(self) -> None:
         from .modules import count_blocks
+
+        super().__post_init__()
 
         m, p, t = self.model, self.pipeline, self.train
         if m.kind == "resnet_v2" and (m.depth < 11 or (m.depth - 2) % 9):
@@ -119,6 +145,9 @@ class GemsConfig:
             raise ConfigError(f"pipeline.checkpoint_stages = {p.checkpoint_stages}: stages are 0..{p.stages - 1}")
         if self.data.source == "folder" and not self.data.folder:
             raise ConfigError("data.folder is required when data.source is folder")
+        if self.dist.nproc is not None and self.dist.nproc != self.world_size:
+            raise ConfigError(f"--nproc {self.dist.nproc} does not fit the config: pipeline.stages = {p.stages} x "
+                              f"pipeline.groups = {p.groups} = {self.world_size} processes")
 
     @property
     def world_size(self) -> int:
@@ -148,29 +177,7 @@ class GemsConfig:
 
 
 @dataclass
-class LaunchOptions:
-    """How ``gems train`` starts the job."""
-
-    nproc: int | None = option(None, flag="--nproc", ge=1,
-                               help="processes (must equal pipeline.stages x pipeline.groups; null: that)")
-
-
-@dataclass
-class GemsTrain(GemsConfig):
-    """``torchhpc gems train``: the training job, launched with torchrun when it needs more than one process."""
-
-    launch: LaunchOptions = option(default_factory=LaunchOptions, help="launcher")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.launch.nproc is not None and self.launch.nproc != self.world_size:
-            raise ConfigError(f"--nproc {self.launch.nproc} does not fit the config: pipeline.stages = "
-                              f"{self.pipeline.stages} x pipeline.groups = {self.pipeline.groups} = "
-                              f"{self.world_size} processes")
-
-
-@dataclass
-class SimulateOptions:
+class SimulateOptions(Options):
     """What ``gems simulate`` predicts, and the machine it predicts for."""
 
     devices: str = option("2,4,8,16,64,256,1024", flag="--devices",
@@ -192,6 +199,7 @@ class SimulateOptions:
     json: bool = option(False, flag="--json", help="print JSON rows")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         try:
             counts = self.device_counts
         except ValueError:
@@ -221,7 +229,7 @@ class GemsSimulate(GemsConfig):
 
 
 @dataclass
-class GemsBench:
+class GemsBench(Options):
     """``benchmarks/gems.py``: gems' schedules against torch pipelining and DeepSpeed on 2 CPU processes (its
     ``--out``, ``--repeats`` and ``--device`` are the suite's benchmark flags)."""
 
@@ -240,6 +248,7 @@ class GemsBench:
     reuse: bool = option(False, flag="--reuse", help="re-analyse the repeat*.json of an earlier run in --out")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if (self.depth - 2) % 9:
             raise ConfigError(f"--depth {self.depth}: a ResNet-v2 depth must be 9n + 2 (11, 20, 29, 110, ...)")
         try:
@@ -256,9 +265,9 @@ class GemsBench:
 
 
 @dataclass
-class GemsTour:
+class GemsTour(Options):
     """The demo step: the debug config's MAST run (4 updates) on 2 torchrun processes; it has no options."""
 
 
-__all__ = ["DataOptions", "GemsBench", "GemsConfig", "GemsSimulate", "GemsTour", "GemsTrain", "LaunchOptions", "ModelOptions",
+__all__ = ["DataOptions", "GemsBench", "GemsConfig", "GemsDist", "GemsSimulate", "GemsTour", "ModelOptions",
            "PipelineOptions", "SimulateOptions", "TrainOptions"]

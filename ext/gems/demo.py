@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +27,19 @@ def demo(tour: GemsTour, run: Any, device: Any, seed: int) -> dict:
     del tour, device, seed
     if not DEBUG_CONFIG.is_file():
         return {"ok": False, "error": f"{DEBUG_CONFIG} not found (run the demo from a checkout)"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "torchhpc.trainers.gems", "--config", str(DEBUG_CONFIG),
-           "--set", f"run.root={run.dir}", "--set", "run.run_id=mast"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    if res.returncode != 0:
-        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        return {"ok": False, "error": tail[0]}
+    from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.core.errors import TorchHPCError
+    from torchhpc.ext.core.launch import relaunch
+
+    from .config import GemsConfig
+
+    try:
+        cfg = load_config(GemsConfig, DEBUG_CONFIG, [f"run.root={run.dir}", "run.run_id=mast", "dist.threads=1"])
+        rc = relaunch(cfg, "torchhpc.trainers.gems", 2, quiet=True)
+    except TorchHPCError as exc:
+        return {"ok": False, "error": str(exc)}
+    if rc != 0:
+        return {"ok": False, "error": f"the 2-process job exited {rc}"}
     folder = Path(run.dir) / "gems" / "mast"
     summary = json.loads((folder / "summary.json").read_text())
     keep = {k: summary[k] for k in ("schedule", "steps", "final_loss", "samples_per_s") if k in summary}

@@ -376,7 +376,7 @@ def calibrate(stages: Sequence[StageInfo], spans: Mapping[str, Sequence[float]],
 
 def calibration_from_run(run_dir: str | Path, profile: BlockProfile, *, bandwidth: float, latency: float,
                          allreduce_bandwidth: float | None = None) -> Calibration:
-    """:func:`calibrate` on a measured gems run folder (``runs/gems/<id>``, written by :func:`~.train.train`).
+    """:func:`calibrate` on a measured gems run folder (``runs/gems/<id>``, written by :func:`~.commands.train`).
 
     Its ``summary.json`` gives the schedule, sizes, the stage split and every timed update's action spans and
     time outside the actions; its ``metrics.jsonl`` the time of each update (the median after
@@ -434,10 +434,10 @@ def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
     """
     import torch
 
-    from .train import profile, sample_shape, stage_bounds
+    from .training import profile, sample_shape, stage_bounds
 
     opt, p = cfg.simulate, cfg.pipeline
-    torch.set_num_threads(cfg.threads or torch.get_num_threads())
+    torch.set_num_threads(cfg.dist.threads or torch.get_num_threads())
     for n in opt.device_counts:
         if n % p.stages:
             raise InputError(f"--devices {n} is not a multiple of pipeline.stages = {p.stages}")

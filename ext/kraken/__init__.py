@@ -9,8 +9,10 @@
 * :class:`DLRM`, :class:`ContinualTrainer`, :class:`ServingReplica` — the continual loop
   with progressive validation, delta checkpoints and a replica that follows them.
 * :func:`jagged_embedding_bag` — the pooling op with its fused Triton kernels.
+* :class:`SyntheticClickStream` (:mod:`.stream`), :func:`read_criteo` (:mod:`.criteo`: TSV, gzip'd TSV,
+  Parquet) — the click streams, as :class:`Batch` objects.
 * :class:`KrakenConfig` (and its sections, :mod:`.config`) — every option, once;
-  :func:`train` / :func:`serve` (:mod:`.jobs`) — the jobs ``torchhpc kraken`` runs.
+  :func:`train` / :func:`serve` / :func:`bench` (:mod:`.commands`) — the ``torchhpc kraken`` commands.
 
 Heavy submodules load on first use, so ``import torchhpc.ext.kraken`` stays cheap.
 """
@@ -31,18 +33,24 @@ _EXPORTS = {
     "ContinualTrainer": "continual",
     "ServingReplica": "continual",
     "SyntheticClickStream": "stream",
-    "slice_batch": "stream",
+    "build_stream": "stream",
+    "Batch": "batch",
+    "slice_batch": "batch",
     "KrakenConfig": "config",
+    "KrakenDist": "config",
     "StreamOptions": "config",
     "TableOptions": "config",
     "ServeOptions": "config",
     "BenchOptions": "config",
     "KrakenTour": "config",
-    "build_model": "jobs",
-    "build_stream": "jobs",
-    "train": "jobs",
-    "serve": "jobs",
-    "read_criteo": "stream",
+    "build_model": "model",
+    "train": "commands",
+    "serve": "commands",
+    "bench": "commands",
+    "Comparison": "comparison",
+    "read_criteo": "criteo",
+    "read_criteo_reference": "criteo_reference",
+    "reader_speed": "criteo_speed",
     "IdIndex": "hashing",
     "CountMinSketch": "hashing",
     "auc": "metrics",

@@ -30,12 +30,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-try:  # pragma: no cover - exercised where numba is installed (make setup installs it)
-    from numba import njit
-
-    _HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    _HAVE_NUMBA = False
+from torchhpc.ext.core.dispatch import numba_available
 
 _M64 = (1 << 64) - 1
 _GAMMA = 0x9E3779B97F4A7C15
@@ -43,17 +38,14 @@ _EMPTY, _DELETED = -1, -2
 _EVICTION_KIND = {"none": 0, "lru": 1, "lfu": 2}
 
 
-def numba_available() -> bool:
-    """Whether the compiled table-batched pass can run (numba imports)."""
-    return _HAVE_NUMBA
-
-
 def mix_offset(seed: int) -> np.uint64:
     """The additive constant of :func:`~torchhpc.ext.kraken.hashing.mix64` for ``seed``, as uint64."""
     return np.uint64(((seed + 1) * _GAMMA) & _M64)
 
 
-if _HAVE_NUMBA:  # pragma: no branch
+if numba_available():  # pragma: no branch - make setup installs numba
+    from numba import njit
+
     _U30, _U27, _U31, _U40, _U1 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(40), np.uint64(1)
     _M1 = np.uint64(0xBF58476D1CE4E5B9)
     _M2 = np.uint64(0x94D049BB133111EB)
@@ -544,4 +536,4 @@ def lookup_all_tables(tables: list, values: torch.Tensor, value_offsets: list[in
         t.admissions += int(counters[i, 3])
     return torch.from_numpy(rows), uoff.tolist(), torch.from_numpy(inv)
 
-__all__ = ["lookup_all_tables", "mix_offset", "numba_available"]
+__all__ = ["lookup_all_tables", "mix_offset"]

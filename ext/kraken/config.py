@@ -7,23 +7,27 @@
   takes, so ``SyntheticClickStream()`` from Python is the stream the CLI trains on.
 * :class:`TableOptions` is the per-table part of
   :class:`~torchhpc.ext.kraken.embedding.DynamicTableConfig` (which adds the name, dim and features).
+* :class:`KrakenDist` is the ``dist:`` section (core's :class:`~torchhpc.ext.core.config.DistOptions`:
+  device, threads, nproc, timeout_s; kraken trains on the CPU unless told otherwise).
 * :class:`ServeOptions` — ``torchhpc kraken serve``; :class:`BenchOptions` — ``torchhpc kraken bench``;
   :class:`KrakenTour` — the kraken step of ``torchhpc demo``.
 
-Every class checks its ranges in ``__post_init__`` (a :class:`ConfigError` naming the option), so a
-dataclass built in Python is checked like one read from a file.
+Every class is an :class:`~torchhpc.ext.core.config.Options`: its ranges are checked whenever an instance is
+made (a :class:`ConfigError` naming the option), so a dataclass built in Python is checked like one read
+from a file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torchhpc.ext.core.config import RunOptions, check_ranges, option
+from torchhpc.ext.core.config import DistOptions, Options, RunOptions, option
 from torchhpc.ext.core.errors import ConfigError
 
 
 @dataclass
-class StreamOptions:
+class StreamOptions(Options):
     """Click stream: the synthetic one (Zipf IDs with drift, a known click model) or a Criteo TSV file."""
 
     source: str = option("synthetic", help="synthetic (Zipf IDs with drift, known click model) | criteo (TSV)",
@@ -44,24 +48,18 @@ class StreamOptions:
     bias: float = option(-1.0, help="synthetic: logit of the click model with no features (sets the CTR)")
     seed: int = option(0, help="synthetic: stream seed", ge=0)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "stream")
-
 
 @dataclass
-class ModelOptions:
+class ModelOptions(Options):
     """DLRM: bottom MLP over the dense features, dot interactions, top MLP."""
 
     dim: int = option(16, help="embedding dimension", ge=1)
     bottom: list[int] = option(default_factory=lambda: [64], help="bottom MLP hidden sizes")
     top: list[int] = option(default_factory=lambda: [64], help="top MLP hidden sizes")
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "model")
-
 
 @dataclass(kw_only=True)
-class TableOptions:
+class TableOptions(Options):
     """Dynamic embedding tables (one per feature): budget, admission, eviction.
 
     Both bounds apply: a table holds at most ``max_rows`` rows (when non-zero) and at most what
@@ -82,8 +80,6 @@ class TableOptions:
     sketch_width: int = option(0, help="counters per row of the admission sketch (0: one per table row, >= 1024)",
                                ge=0)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "tables")
 
     @property
     def memory_budget(self) -> int:
@@ -92,7 +88,7 @@ class TableOptions:
 
 
 @dataclass
-class OptimOptions:
+class OptimOptions(Options):
     """Optimizers: a sparse row optimizer for the embeddings, Adam/AdamW for the MLPs."""
 
     sparse: str = option("rowwise_adagrad", help="embedding rows: rowwise_adagrad | rowwise_adam | adam | sgd",
@@ -102,24 +98,18 @@ class OptimOptions:
     dense_lr: float = option(1e-3, help="MLP learning rate", gt=0)
     weight_decay: float = option(0.0, help="AdamW weight decay of the MLPs", ge=0)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "optim")
-
 
 @dataclass
-class TrainOptions:
+class TrainOptions(Options):
     """The training loop: steps, logging, the progressive-validation window."""
 
     steps: int = option(1000, help="batches to train on (the stream's first batch is 0)", ge=1)
     log_every: int = option(50, help="log metrics every N steps", ge=1)
     window: int = option(50_000, help="samples in the progressive-validation window", ge=1)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "train")
-
 
 @dataclass
-class CheckpointOptions:
+class CheckpointOptions(Options):
     """Checkpoint schedule: deltas (changed rows) often, full checkpoints now and then."""
 
     delta_every: int = option(50, help="write the rows changed since the last checkpoint every N steps (0: off)",
@@ -127,12 +117,21 @@ class CheckpointOptions:
     full_every: int = option(500, help="write a full checkpoint every N steps", ge=1)
     keep_full: int = option(2, help="full checkpoints kept (with the deltas after the oldest)", ge=1)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "checkpoint")
+
+@dataclass
+class KrakenDist(DistOptions):
+    """Where and on how many processes training runs; kraken trains on the CPU unless told otherwise.
+
+    The ``dist:`` section: core's :class:`~torchhpc.ext.core.config.DistOptions`.  With ``nproc > 1`` the
+    embedding rows are sharded over the torchrun ranks by ID hash.
+    """
+
+    device: str = option("cpu", flag="--device", help="cpu | cuda | auto (CUDA when present)",
+                         choices=["cpu", "cuda", "auto"])
 
 
 @dataclass
-class KrakenConfig:
+class KrakenConfig(Options):
     """Continual training of a DLRM with dynamic embeddings (Kraken)."""
 
     stream: StreamOptions = option(default_factory=StreamOptions, help="click stream")
@@ -142,12 +141,14 @@ class KrakenConfig:
     train: TrainOptions = option(default_factory=TrainOptions, help="training loop")
     checkpoint: CheckpointOptions = option(default_factory=CheckpointOptions, help="checkpoints")
     seed: int = option(0, help="seed of the weights", ge=0)
-    device: str = option("cpu", help="cpu | cuda | auto", choices=["cpu", "cuda", "auto"])
-    threads: int = option(0, help="torch threads per rank (0: torch's default)", ge=0)
+    dist: KrakenDist = option(default_factory=KrakenDist,
+                              help="device, threads, processes (torchrun ranks) and peer timeout")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
+    RENAMED: ClassVar[dict[str, str]] = {"device": "dist.device", "threads": "dist.threads"}
+
     def __post_init__(self) -> None:
-        check_ranges(self, "kraken")
+        super().__post_init__()
         if self.stream.source == "criteo" and not self.stream.path:
             raise ConfigError("stream.path: give the Criteo TSV file when stream.source is criteo")
         if not self.tables.max_rows and not self.tables.memory_budget_mb:
@@ -155,7 +156,7 @@ class KrakenConfig:
 
 
 @dataclass
-class ServeOptions:
+class ServeOptions(Options):
     """A serving replica that follows a training run's checkpoints (``torchhpc kraken serve``)."""
 
     checkpoint_dir: str = option(help="the run's checkpoints folder: runs/kraken/<id>/checkpoints")
@@ -167,12 +168,9 @@ class ServeOptions:
     idle: float = option(0.0, help="stop after this many seconds without a new file (0: never)", ge=0)
     verbose: bool = option(True, help="print one JSON line per load and the summary")
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "serve")
-
 
 @dataclass
-class BenchOptions:
+class BenchOptions(Options):
     """AUC and memory of torchrec EBC (full, hashed), MC-EBC and kraken on one stream (``torchhpc kraken bench``).
 
     The stream is :class:`StreamOptions`' synthetic one (its defaults) with the vocabulary, batch
@@ -195,7 +193,7 @@ class BenchOptions:
     json: bool = option(False, help="print one JSON object instead of the table")
 
     def __post_init__(self) -> None:
-        check_ranges(self, "bench")
+        super().__post_init__()
         if self.stream == "criteo" and not self.path:
             raise ConfigError("bench: path: give the Criteo-format log (--path FILE) when stream is criteo")
         if self.stream == "synthetic" and self.path:
@@ -203,7 +201,7 @@ class BenchOptions:
 
 
 @dataclass
-class KrakenTour:
+class KrakenTour(Options):
     """The kraken step of ``torchhpc demo``: our pooling against torchrec's EmbeddingBagCollection,
     then a short continual run with dynamic tables."""
 
@@ -215,9 +213,6 @@ class KrakenTour:
     repeats: int = option(10, help="timed forward+backward passes", ge=1)
     continual_steps: int = option(200, help="batches of continual training with dynamic tables (0: skip)", ge=0)
 
-    def __post_init__(self) -> None:
-        check_ranges(self, "kraken")
 
-
-__all__ = ["BenchOptions", "CheckpointOptions", "KrakenConfig", "KrakenTour", "ModelOptions", "OptimOptions",
-           "RunOptions", "ServeOptions", "StreamOptions", "TableOptions", "TrainOptions", "check_ranges"]
+__all__ = ["BenchOptions", "CheckpointOptions", "KrakenConfig", "KrakenDist", "KrakenTour", "ModelOptions",
+           "OptimOptions", "RunOptions", "ServeOptions", "StreamOptions", "TableOptions", "TrainOptions"]

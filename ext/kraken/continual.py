@@ -6,11 +6,14 @@
 * Checkpoints live in ``<run>/checkpoints/``: ``full-<step>.pt`` (everything) every
   ``full_every`` steps and ``delta-<step>.pt`` (only rows changed since the previous
   checkpoint, plus the small dense state) every ``delta_every`` steps, each written
-  atomically.  :meth:`ContinualTrainer.restore` loads the newest full checkpoint and
-  replays the deltas after it, giving back exactly the state of the last one.  A damaged
-  file (truncated, garbage) is reported in one warning line and skipped: the newest
-  intact state is used (an older full checkpoint and its intact deltas, up to the first
-  damaged one; see :func:`intact_chain`).
+  atomically (:func:`checkpoint_kind` is the schedule).  :meth:`ContinualTrainer.restore`
+  loads the newest full checkpoint and replays the deltas after it, giving back exactly the
+  state of the last one.  A damaged file (truncated, garbage) is reported in one warning line
+  and skipped: the newest intact full checkpoint is chosen by core's
+  :func:`~torchhpc.ext.core.runs.newest_intact`, and its intact deltas are replayed up to the
+  first damaged one (see :func:`intact_chain`).
+* A resume must keep the model's shape (:func:`check_resumable`); :func:`run_config` finds the
+  config of a run from its checkpoints folder.
 * :class:`ServingReplica` (another process: ``torchhpc kraken serve``) loads the same
   files as they appear and answers requests in between, measuring how stale it is; it
   skips a damaged file the same way (one warning line per file).
@@ -19,104 +22,170 @@
 from __future__ import annotations
 
 import re
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.runs import atomic_torch_save
+from torchhpc.ext.core.config import load_config
+from torchhpc.ext.core.errors import ConfigError, InputError, warn
+from torchhpc.ext.core.runs import atomic_torch_save, newest_intact
+from torchhpc.ext.core.runs import checkpoint_files as named_checkpoint_files
 
+from .config import CheckpointOptions, KrakenConfig
 from .metrics import ProgressiveValidation
 from .model import DLRM
 
-_FILE_RE = re.compile(r"^(full|delta)-(\d{8})\.pt$")
+KINDS = ("full", "delta")
+"""The checkpoint files of a kraken run: ``full-<step>.pt`` and ``delta-<step>.pt``."""
 
 
 def checkpoint_files(ckpt_dir: str | Path) -> list[tuple[int, str, Path]]:
     """``(step, kind, path)`` of every complete checkpoint file, by step (a full before a delta)."""
-    d = Path(ckpt_dir)
-    if not d.is_dir():
-        return []
-    out = []
-    for p in d.iterdir():
-        m = _FILE_RE.match(p.name)
-        if m:
-            out.append((int(m[2]), m[1], p))
+    out = [(step, kind, path) for kind in KINDS for step, path in named_checkpoint_files(ckpt_dir, kind)]
     return sorted(out, key=lambda x: (x[0], x[1] != "full"))
 
 
-def restore_plan(ckpt_dir: str | Path, upto: int | None = None) -> tuple[Path | None, list[Path]]:
-    """The newest full checkpoint (at or before step ``upto``) and the deltas after it, in order
-    (by file name only; :func:`intact_chain` also reads them)."""
-    files = [f for f in checkpoint_files(ckpt_dir) if upto is None or f[0] <= upto]
-    fulls = [f for f in files if f[1] == "full"]
-    if not fulls:
-        return None, []
-    base = fulls[-1][0]
-    return fulls[-1][2], [p for s, k, p in files if k == "delta" and s > base]
+def read_checkpoint(path: Path) -> dict:
+    """The checkpoint in ``path``, read on the CPU.
 
-
-def try_load(path: Path) -> tuple[dict | None, str]:
-    """``(blob, "")`` for an intact checkpoint file, ``(None, why)`` for a damaged one (truncated, not a
-    torch file, not a kraken checkpoint)."""
+    Raises:
+        InputError: ``"<file name> (<why>)"`` for a damaged file (truncated, not a torch file, not a kraken
+            checkpoint, not what its name says).
+    """
     try:
         blob = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a truncated zip, garbage bytes, an unpickling error
-        return None, f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
-    m = _FILE_RE.match(path.name)
-    if not isinstance(blob, dict) or blob.get("kind") not in ("full", "delta") or "step" not in blob:
-        return None, "not a kraken checkpoint"
+        why = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
+        raise InputError(f"{path.name} ({why})") from None
+    m = re.match(r"^(full|delta)-(\d{8})\.pt$", path.name)
+    if not isinstance(blob, dict) or blob.get("kind") not in KINDS or "step" not in blob:
+        raise InputError(f"{path.name} (not a kraken checkpoint)")
     if m and (blob["kind"] != m[1] or int(blob["step"]) != int(m[2])):
-        return None, f"holds a {blob['kind']} checkpoint of step {blob['step']}, not what its name says"
-    return blob, ""
+        raise InputError(f"{path.name} (holds a {blob['kind']} checkpoint of step {blob['step']}, not what its "
+                         "name says)")
+    return blob
 
 
 def intact_chain(ckpt_dir: str | Path, upto: int | None = None) -> tuple[list[tuple[Path, dict]], list[str]]:
     """The newest intact state of a checkpoint folder, read: ``([(path, blob) of the newest intact full
     checkpoint, then the intact deltas after it], damaged)``.
 
-    Deltas are replayed from the chosen full checkpoint up to the next full one (a delta after a
-    full checkpoint holds only what changed since that one), stopping at the first damaged delta.
-    ``damaged`` describes each damaged file met on the way (``"<path> (<why>)"``). Steps after
-    ``upto`` are ignored.
+    The full checkpoint is core's :func:`~torchhpc.ext.core.runs.newest_intact` among the full ones.
+    Deltas are replayed from it up to the next full one (a delta after a full checkpoint holds only what
+    changed since that one), stopping at the first damaged delta.  ``damaged`` describes each damaged
+    file met on the way (``"<name> (<why>)"``).  Steps after ``upto`` are ignored.
+
+    Raises:
+        InputError: full checkpoints exist but none of them is intact (core's message).
     """
+    ckpt_dir = Path(ckpt_dir)
     files = [f for f in checkpoint_files(ckpt_dir) if upto is None or f[0] <= upto]
-    fulls = [f for f in files if f[1] == "full"]
+    fulls = [(step, path) for step, kind, path in files if kind == "full"]
     damaged: list[str] = []
-    chain: list[tuple[Path, dict]] = []
-    base = None
-    for step, _kind, path in reversed(fulls):
-        blob, why = try_load(path)
-        if blob is not None:
-            chain, base = [(path, blob)], step
-            break
-        damaged.append(f"{path.name} ({why})")
-    if base is None:
+
+    def read_full(path: Path) -> dict:
+        try:
+            return read_checkpoint(path)
+        except InputError as exc:
+            damaged.append(str(exc))
+            raise
+
+    found = newest_intact(fulls, read_full, where=ckpt_dir, report=False)  # one warning, with the deltas', below
+    if found is None:
         return [], damaged
-    nxt = min((s for s, _k, _p in fulls if s > base), default=None)
+    base, path, blob = found
+    chain = [(path, blob)]
+    nxt = min((s for s, _p in fulls if s > base), default=None)
     for step, kind, path in files:
         if kind != "delta" or step <= base or (nxt is not None and step >= nxt):
             continue
-        blob, why = try_load(path)
-        if blob is None:
-            damaged.append(f"{path.name} ({why})")
+        try:
+            chain.append((path, read_checkpoint(path)))
+        except InputError as exc:
+            damaged.append(str(exc))
             break
-        chain.append((path, blob))
     return chain, damaged
 
 
 def restorable_step(ckpt_dir: str | Path) -> int:
-    """The newest step :meth:`ContinualTrainer.restore` can reach from this folder (-1: none), skipping
-    damaged files as it does."""
-    chain, _ = intact_chain(ckpt_dir)
+    """The newest step :meth:`ContinualTrainer.restore` can reach from this folder (-1: none, or no intact
+    full checkpoint), skipping damaged files as it does."""
+    try:
+        chain, _ = intact_chain(ckpt_dir)
+    except InputError:  # every full checkpoint is damaged: restore says so (on every rank, after they agree)
+        return -1
     return int(chain[-1][1]["step"]) if chain else -1
 
 
-def warn(message: str) -> None:
-    """One warning line on stderr (``torchhpc: warning: ...``)."""
-    print(f"torchhpc: warning: {message}", file=sys.stderr, flush=True)
+def checkpoint_kind(step: int, options: CheckpointOptions, last_step: int, has_full: bool) -> str | None:
+    """What to write after ``step``: ``"full"``, ``"delta"`` or ``None``.
+
+    A full checkpoint every ``full_every`` steps and at the last step; a delta (rows changed since
+    the previous checkpoint) every ``delta_every`` steps in between.  The first checkpoint of a run
+    is always a full one: a delta needs a base to apply to.
+    """
+    delta_due = bool(options.delta_every) and step % options.delta_every == 0
+    if step % options.full_every == 0 or step == last_step or (delta_due and not has_full):
+        return "full"
+    return "delta" if delta_due else None
+
+
+#: Options that fix the shapes of the model and its checkpoints: a resume must not change them.
+SHAPE_KEYS = ("stream.source", "stream.num_sparse", "stream.num_dense", "model.dim", "model.bottom", "model.top",
+              "optim.sparse", "tables.max_rows", "tables.memory_budget_mb", "tables.sketch_width")
+
+
+def _key(cfg: KrakenConfig, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+def check_resumable(cfg: KrakenConfig, run_dir: Path, world: int) -> None:
+    """Check, before anything is written, that ``cfg`` can continue the run in ``run_dir``: the
+    options of :data:`SHAPE_KEYS` equal the run's saved ``config.yaml`` and the checkpoints were
+    written by as many ranks as this job has.
+
+    Raises:
+        InputError: no ``config.yaml`` in the folder.
+        ConfigError: a shape option or the number of ranks differs (naming the key and both values).
+    """
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise InputError(f"cannot resume {run_dir}: no config.yaml in it (not a kraken run folder)")
+    saved = load_config(KrakenConfig, saved_path, [])
+    for key in SHAPE_KEYS:
+        if key in ("stream.num_sparse", "stream.num_dense") and cfg.stream.source == "criteo":
+            continue  # a Criteo file fixes both
+        old, new = _key(saved, key), _key(cfg, key)
+        if old != new:
+            raise ConfigError(f"cannot resume {run_dir}: {key} is {new} here but {old} in the run's config.yaml "
+                              f"(its checkpoints hold that shape); keep {key}={old} or start a new run")
+    ckpt = run_dir / "checkpoints"
+    shards = sorted(p for p in ckpt.glob("rank*") if p.is_dir()) if ckpt.is_dir() else []
+    written = len(shards) if shards else 1
+    if (shards or any(ckpt.glob("*.pt"))) and written != world:
+        raise ConfigError(f"cannot resume {run_dir}: its checkpoints were written by {written} rank(s), this job "
+                          f"has {world}; resume it with --nproc {written} (torchrun: --nproc-per-node {written})")
+
+
+def run_config(checkpoint_dir: str | Path) -> KrakenConfig:
+    """The config of the run whose checkpoints are in ``checkpoint_dir`` (or a rank folder of it).
+
+    Raises:
+        InputError: a file, not a folder; no ``config.yaml`` beside the folder (not a kraken run's
+            checkpoints; the folder itself need not exist yet).
+    """
+    ckpt = Path(checkpoint_dir)
+    if ckpt.exists() and not ckpt.is_dir():
+        raise InputError(f"{ckpt}: not a folder (give a run's checkpoints folder: runs/kraken/<id>/checkpoints)")
+    candidates = [ckpt.parent / "config.yaml"]
+    if re.fullmatch(r"rank\d+", ckpt.name):  # one shard of a sharded run
+        candidates.append(ckpt.parent.parent / "config.yaml")
+    for cfg_path in candidates:
+        if cfg_path.is_file():
+            return load_config(KrakenConfig, cfg_path, [])
+    raise InputError(f"{ckpt}: not the checkpoints folder of a kraken run (no config.yaml beside it)")
 
 
 class ContinualTrainer:
@@ -201,15 +270,13 @@ class ContinualTrainer:
         included) are removed, as training will write them again (see :meth:`drop_later`).
 
         Raises:
-            InputError: full checkpoints exist but none is intact; a checkpoint that does not fit the
+            InputError: full checkpoints exist but none is intact (core's
+                :func:`~torchhpc.ext.core.runs.newest_intact` message); a checkpoint that does not fit the
                 model (written by a run of another shape).
         """
         ckpt_dir = Path(ckpt_dir)
         chain, damaged = intact_chain(ckpt_dir, upto)
         if not chain:
-            if damaged:
-                raise InputError(f"{ckpt_dir}: no intact full checkpoint to resume from (damaged: "
-                                 f"{', '.join(damaged)})")
             if drop_later:
                 self.drop_later(ckpt_dir)
             return None
@@ -279,10 +346,19 @@ class ServingReplica:
         warning line the first time)."""
         if path in self.damaged:
             return None
-        blob, why = try_load(path)
-        if blob is None and path.exists():
-            self.damaged.add(path)
-            warn(f"{path}: damaged checkpoint ({why}); skipped, serving the newest intact state")
+        try:
+            return read_checkpoint(path)
+        except InputError as exc:
+            if path.exists():
+                self.damaged.add(path)
+                warn(f"{path.parent}: damaged checkpoint {exc}; skipped, serving the newest intact state")
+            return None
+
+    def _load(self, path: Path) -> dict:
+        """:meth:`_read` for :func:`~torchhpc.ext.core.runs.newest_intact`: a file it cannot use raises."""
+        blob = self._read(path)
+        if blob is None:
+            raise InputError(f"{path.name} (damaged, or pruned since it was listed)")
         return blob
 
     def _apply(self, i: int, follower: list, blob: dict) -> dict:
@@ -308,13 +384,13 @@ class ServingReplica:
         for i, follower in enumerate(self.followers):
             files = checkpoint_files(follower[0])
             fulls = [(s, p) for s, k, p in files if k == "full"]
-            for step, path in reversed(fulls):  # a newer full checkpoint than what we hold: start there
-                if step <= follower[2]:
-                    break
-                blob = self._read(path)
-                if blob is not None:
-                    loaded.append(self._apply(i, follower, blob))
-                    break
+            newer = [(s, p) for s, p in fulls if s > follower[2]]  # a newer full checkpoint: start there
+            try:
+                found = newest_intact(newer, self._load, where=follower[0], report=False)
+            except InputError:  # every newer one is damaged (each warned once by _read): keep what is held
+                found = None
+            if found is not None:
+                loaded.append(self._apply(i, follower, found[2]))
             if follower[3] < 0:
                 continue
             nxt = min((s for s, _p in fulls if s > follower[3]), default=None)

@@ -5,11 +5,13 @@
    ``EmbeddingBagCollection`` with the same weights: outputs and weight gradients are compared,
    then both are timed (forward + backward) and drawn in ``kraken_pooling.png``.
 2. Unless ``continual_steps`` is 0, a small continual run on a drifting synthetic stream with
-   dynamic tables under a row budget (:func:`~torchhpc.ext.kraken.jobs.train`), written under
+   dynamic tables under a row budget (:func:`~torchhpc.ext.kraken.commands.train`), written under
    the demo's run folder as ``kraken/continual``.
 """
 
 from __future__ import annotations
+
+import json
 
 from torchhpc.ext.core.bench import bar_plot, time_interleaved
 
@@ -97,12 +99,15 @@ def demo(tour: KrakenTour, run, device, seed: int) -> dict:
     # ---- continual training on a drifting synthetic stream: dynamic tables under a row budget
     continual = {}
     if k.continual_steps:
-        from .jobs import train
+        from .commands import train
 
-        s = train(continual_config(k, run.dir, seed), verbose=False)
+        cfg = continual_config(k, run.dir, seed)
+        train(cfg, verbose=False)
+        folder = run.dir / "kraken" / cfg.run.run_id
+        s = json.loads((folder / "summary.json").read_text())
         continual = {"continual_auc": round(s["auc"], 4), "continual_rows": sum(t["rows"] for t in s["tables"].values()),
                      "continual_evictions": sum(t["evictions"] for t in s["tables"].values()),
-                     "continual_run": s["run_dir"]}
+                     "continual_run": str(folder)}
     return {
         "matches_torchrec": max_diff < 1e-5 and grad_diff < 1e-5,
         "speedup_vs_torchrec": round(ms_torchrec / ms_ours, 3),

@@ -43,7 +43,7 @@ from torch import nn
 from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import ConfigError, InputError
 
-from .config import TableOptions, check_ranges
+from .config import TableOptions
 from .hashing import CountMinSketch, IdIndex, check_ids, hash_uniform
 from .ops import jagged_embedding_bag
 from .optim import SparseOptimizer
@@ -70,9 +70,6 @@ class DynamicTableConfig(TableOptions):
     name: str = option(help="table name")
     dim: int = option(help="embedding dimension", ge=1)
     features: list[str] = option(default_factory=list, help="the KJT keys pooled through this table (default: [name])")
-
-    def __post_init__(self) -> None:
-        check_ranges(self, f"table {self.name!r}")
 
     @classmethod
     def of(cls, options: TableOptions, name: str, dim: int, features: list[str] | None = None) -> DynamicTableConfig:
@@ -573,7 +570,9 @@ class DynamicEmbeddingCollection(nn.Module):
         each value's position in ``rows``.  Runs the table-batched compiled pass
         (:func:`~torchhpc.ext.kraken.batched.lookup_all_tables`) where it can (CPU, numba, one store,
         no table that may grow in this step), else each table's reference ops; the two agree exactly."""
-        from .batched import lookup_all_tables, numba_available
+        from torchhpc.ext.core.dispatch import numba_available
+
+        from .batched import lookup_all_tables
 
         tables = list(self.tables.values())
         if self.batched and self.device_.type == "cpu" and len(self.stores) == 1 and numba_available():

@@ -15,6 +15,8 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
+MASK63 = (1 << 63) - 1
+"""IDs are 63-bit: a hash masked with this is a valid (non-negative) ID."""
 EMPTY = -1
 DELETED = -2
 _W = 8  # slots probed per step

@@ -76,21 +76,21 @@ def is_finite(x: float) -> bool:
     return not (math.isnan(x) or math.isinf(x))
 
 
-def gathered_result(pv: ProgressiveValidation, world: int) -> dict[str, float]:
-    """AUC, log-loss and CTR over the windows of all ``world`` ranks together (gathered, scored once).
+def gathered_result(pv: ProgressiveValidation, ctx=None) -> dict[str, float]:
+    """AUC, log-loss and CTR over the windows of all ranks together (gathered, scored once).
 
-    Every rank calls it (an ``all_gather_object`` of each rank's window); each gets the same figures.
-    With ``world == 1`` it is ``pv.result()``.
+    Args:
+        pv: this rank's window.
+        ctx: the :class:`~torchhpc.ext.core.distributed.DistContext` of a sharded job; every rank calls
+            it (:meth:`~torchhpc.ext.core.distributed.DistContext.gather` of each rank's window) and gets
+            the same figures.  ``None`` (or one rank): ``pv.result()``.
     """
-    if world == 1:
+    if ctx is None or ctx.world_size == 1:
         return pv.result()
-    import torch.distributed as dist
-
     st = pv.state_dict()
     p = torch.cat(st["p"]) if st["p"] else torch.empty(0)
     y = torch.cat(st["y"]) if st["y"] else torch.empty(0)
-    gathered = [None] * world
-    dist.all_gather_object(gathered, (p, y))
+    gathered = ctx.gather((p, y))
     P = torch.cat([g[0] for g in gathered])
     Y = torch.cat([g[1] for g in gathered])
     return {"auc": auc(P, Y), "logloss": log_loss(P, Y) if P.numel() else float("nan"),

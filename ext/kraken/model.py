@@ -7,7 +7,8 @@ feature; the interaction layer takes the dot product of every pair of those
 
 The sparse module is ours (:class:`~torchhpc.ext.kraken.embedding.DynamicEmbeddingCollection`)
 or a torchrec one (see :mod:`torchhpc.ext.kraken.baselines`), so the benchmark
-compares embeddings with everything else equal.
+compares embeddings with everything else equal.  :func:`build_model` is the DLRM of a
+:class:`~torchhpc.ext.kraken.config.KrakenConfig`: one dynamic table per feature.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from torch import nn
 
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.nn import mlp
+
+from .config import KrakenConfig
+from .criteo_reference import CRITEO_DENSE, CRITEO_SPARSE
 
 
 class DLRM(nn.Module):
@@ -51,3 +55,43 @@ class DLRM(nn.Module):
         z = torch.cat([x.unsqueeze(1), emb], 1)  # (B, K+1, D)
         dots = torch.bmm(z, z.transpose(1, 2))[:, self._iu[0], self._iu[1]]
         return self.top(torch.cat([x, dots], 1)).squeeze(1)
+
+
+
+def feature_names(cfg: KrakenConfig) -> list[str]:
+    """The KJT keys of the configured stream: ``C1 .. CK`` (K = 26 for Criteo)."""
+    n = CRITEO_SPARSE if cfg.stream.source == "criteo" else cfg.stream.num_sparse
+    return [f"C{i + 1}" for i in range(n)]
+
+
+def build_model(cfg: KrakenConfig, device, sharded: bool = False, optimizer_kind: str | None = None):
+    """The DLRM of a config: one dynamic table per feature (rows sharded over the world when asked).
+
+    Args:
+        cfg: the config (``model``, ``tables``, ``optim``, ``seed``).
+        device: where the tables and MLPs live.
+        sharded: a :class:`~torchhpc.ext.kraken.sharded.ShardedDynamicEmbeddingCollection` (needs an
+            initialised process group).
+        optimizer_kind: the sparse optimizer instead of ``optim.sparse``.
+
+    Raises:
+        InputError: a memory budget too small for one row.
+    """
+    from .embedding import DynamicEmbeddingCollection, DynamicTableConfig
+    from .optim import SparseOptimizer
+
+    names = feature_names(cfg)
+    tables = [DynamicTableConfig.of(cfg.tables, f"t_{f}", cfg.model.dim, [f]) for f in names]
+    opt = SparseOptimizer(optimizer_kind or cfg.optim.sparse, lr=cfg.optim.sparse_lr)
+    if sharded:
+        from .sharded import ShardedDynamicEmbeddingCollection
+
+        sparse = ShardedDynamicEmbeddingCollection(tables, opt, device=device, seed=cfg.seed)
+    else:
+        sparse = DynamicEmbeddingCollection(tables, opt, device=device, seed=cfg.seed)
+    num_dense = CRITEO_DENSE if cfg.stream.source == "criteo" else cfg.stream.num_dense
+    return DLRM(sparse, len(names), cfg.model.dim, num_dense=num_dense, bottom=tuple(cfg.model.bottom),
+                top=tuple(cfg.model.top), seed=cfg.seed).to(device)
+
+
+__all__ = ["DLRM", "build_model", "feature_names"]

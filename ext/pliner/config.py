@@ -9,21 +9,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
-from torchhpc.ext.core.config import _check_range, option
+from torchhpc.ext.core.config import Options, option
 from torchhpc.ext.core.errors import ConfigError
 
 
-def _check_ranges(options, where: str) -> None:
-    for f in dataclasses.fields(options):
-        if not dataclasses.is_dataclass(getattr(options, f.name)):
-            _check_range(getattr(options, f.name), f.metadata, where, f.name)
-
-
 @dataclass(frozen=True)
-class Precision:
+class Precision(Options):
     """One configuration of a run of the same model on the same inputs (PLiNER's "compiler + flags")."""
 
     backend: str = option("eager", choices=["eager", "compile"], help="eager PyTorch or torch.compile")
@@ -37,7 +30,7 @@ class Precision:
     deterministic: bool = option(False, help="torch.use_deterministic_algorithms during the run")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "precision")
+        super().__post_init__()
         if self.backend == "compile" and self.matmul == "tf32" and self.device == "cpu":
             raise ConfigError("precision: tf32 is emulated on the CPU by intercepting eager matmuls; "
                               "it cannot be combined with backend=compile on the CPU")
@@ -95,7 +88,7 @@ def parse_precision(spec: str | Precision, what: str = "problem") -> Precision:
 
 
 @dataclass
-class SearchOptions:
+class SearchOptions(Options):
     """The divergence oracle and the culprit search."""
 
     tol: float = option(1e-3, gt=0, flag="--tol",
@@ -113,14 +106,14 @@ class SearchOptions:
                                  help="check that removing any culprit breaks the fix (one run per culprit)")
 
     def __post_init__(self) -> None:
-        _check_ranges(self, "pliner")
+        super().__post_init__()
         bad = [lv for lv in self.levels.split(",") if lv.strip() not in ("module", "line", "op")]
         if bad or not self.levels.strip():
             raise ConfigError(f"levels: expected a comma-separated list of module, line, op; got {self.levels!r}")
 
 
 @dataclass
-class FindOptions:
+class FindOptions(Options):
     """``torchhpc pliner find --model FILE.py:build_fn --problem autocast-bf16``."""
 
     model: str = option(help="MODULE:build_fn or FILE.py:build_fn; build_fn() returns (model, inputs)", flag="--model")
@@ -132,6 +125,7 @@ class FindOptions:
     search: SearchOptions = option(default_factory=SearchOptions, help="oracle and search")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if ":" not in self.model:
             raise ConfigError(f"model: expected MODULE:build_fn or FILE.py:build_fn, got {self.model!r}")
         parse_precision(self.reference, "reference")
@@ -139,7 +133,7 @@ class FindOptions:
 
 
 @dataclass
-class PlinerTour:
+class PlinerTour(Options):
     """The demo step: find the op that makes a tiny transformer drift under bf16 autocast, and repair it."""
 
     tol: float = option(1e-2, gt=0, help="divergence tolerance (relative L2) of the demo")

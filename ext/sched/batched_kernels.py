@@ -11,30 +11,24 @@ running list as job indices in list order (``rjob[b, :rcnt[b]]``), sorted stably
 is nearly sorted) by actual end before every event and by requested end at every reservation, exactly
 where the reference sorts it, so ties break the same way.
 
-numba is optional: without it the torch path runs (:func:`numba_available`).
+numba is optional: without it the torch path runs (:func:`torchhpc.ext.core.dispatch.numba_available`).
 """
 
 from __future__ import annotations
 
 import time
 
-try:  # pragma: no cover - exercised where numba is installed (make setup installs it)
+from torchhpc.ext.core.dispatch import numba_available
+
+_HAVE_NUMBA = numba_available()
+if _HAVE_NUMBA:  # pragma: no cover - exercised where numba is installed (make setup installs it)
     import numba
     from numba import njit, prange
-
-    _HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    _HAVE_NUMBA = False
 
 MODES = {"none": 0, "rlscheduler": 1, "easy": 2}
 """backfilling mode -> the kernel's code"""
 
 INF = 1 << 62
-
-
-def numba_available() -> bool:
-    """Whether the compiled step can run (numba imports)."""
-    return _HAVE_NUMBA
 
 
 class ThreadTuner:
@@ -224,4 +218,4 @@ if _HAVE_NUMBA:
         return out
 
 
-__all__ = ["MODES", "ThreadTuner", "nth_queued", "numba_available", "schedule_windows"]
+__all__ = ["MODES", "ThreadTuner", "nth_queued", "schedule_windows"]

@@ -8,8 +8,9 @@ The YAML files in ``configs/sched/`` load into :class:`SchedConfig`; the command
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torchhpc.ext.core.config import ConfigError, RunOptions, option
+from torchhpc.ext.core.config import ConfigError, DistOptions, Options, RunOptions, option
 
 from .evaluate import PUBLISHED_STARTS
 from .heuristics import HEURISTICS
@@ -29,7 +30,7 @@ def _check_heuristics(names, what: str) -> None:
 
 
 @dataclass
-class TraceOptions:
+class TraceOptions(Options):
     """Which jobs to schedule."""
 
     path: str | None = option(None, help="SWF trace file; null = a generated Lublin–Feitelson trace")
@@ -40,7 +41,7 @@ class TraceOptions:
 
 
 @dataclass
-class EnvOptions:
+class EnvOptions(Options):
     """The scheduling environment."""
 
     backfill: str = option("none", help="none | rlscheduler | easy", choices=BACKFILLS)
@@ -68,14 +69,15 @@ class EnvOptions:
         return dict(time_scale=self.time_scale, prior=self.prior, context=self.context)
 
     def env_kwargs(self) -> dict:
-        """Keyword arguments of :class:`~torchhpc.envs.sched.BatchSchedulingEnv` (without the trace)."""
+        """Keyword arguments of :class:`~torchhpc.ext.sched.episodes.SchedulingEpisode` (and so of the Gymnasium
+        env ``BatchSchedulingEnv``), without the trace."""
         return dict(backfill=self.backfill, metric=self.metric, sequence_length=self.sequence_length,
                     queue_slots=self.queue_slots, job_slice=self.job_slice, filter_heuristic=self.filter_heuristic,
                     filter_range=(self.filter_low, self.filter_high), **self.observation())
 
 
 @dataclass
-class PPOOptions:
+class PPOOptions(Options):
     """PPO (the paper's settings are the defaults)."""
 
     policy: str = option("kernel", help="kernel (RLScheduler) | flat (MLP baseline)", choices=["kernel", "flat"])
@@ -110,7 +112,7 @@ class PPOOptions:
 
 
 @dataclass
-class EvalOptions:
+class EvalOptions(Options):
     """Evaluation on fixed windows (the paper's protocol by default)."""
 
     every: int = option(0, help="evaluate every N epochs (0 = only at the end)", ge=0)
@@ -127,21 +129,36 @@ class EvalOptions:
 
 
 @dataclass
-class SchedConfig:
+class SchedDist(DistOptions):
+    """Where the training job runs: device, threads and torchrun ranks.
+
+    sched's defaults are the CPU (the simulator is CPU-bound) and a 600 s wait for a peer rank.  With ``nproc``
+    > 1 each rank collects its share of the trajectories (a job that torchrun already launched ignores it).
+    """
+
+    device: str = option("cpu", flag="--device", choices=["cpu", "cuda", "auto"],
+                         help="cpu | cuda | auto (the simulator is CPU-bound; cpu is usually best)")
+    timeout_s: float = option(600.0, flag="--timeout-s", gt=0,
+                              help="seconds a rank waits for its peers before the job fails")
+
+
+@dataclass
+class SchedConfig(Options):
     """RLScheduler training job."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"device": "dist.device", "threads": "dist.threads"}
 
     trace: TraceOptions = option(default_factory=TraceOptions, help="trace")
     env: EnvOptions = option(default_factory=EnvOptions, help="environment")
     ppo: PPOOptions = option(default_factory=PPOOptions, help="PPO")
     eval: EvalOptions = option(default_factory=EvalOptions, help="evaluation")
     seed: int = option(0, help="seed of weights, sequence draws and sampling", ge=0)
-    device: str = option("cpu", help="cpu | cuda | auto (the simulator is CPU-bound; cpu is usually best)",
-                         choices=["cpu", "cuda", "auto"])
-    threads: int = option(0, help="torch threads per rank (0 = torch's default)", ge=0)
     log_baselines: bool = option(True, help="log SJF/F1 bsld on every training sequence (the paper's ShowRet)")
+    dist: SchedDist = option(default_factory=SchedDist, help="device, threads and torchrun ranks")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         extra = [h for h in (self.env.filter_heuristic, self.ppo.imitate, self.env.reward_reference,
                              self.env.prior) if h]
         for h in [*self.eval.heuristics, *extra]:
@@ -163,7 +180,7 @@ class SchedConfig:
 
 
 @dataclass(kw_only=True)
-class WindowOptions:
+class WindowOptions(Options):
     """The trace and the job windows a command schedules."""
 
     trace: str | None = option(None, help="SWF file; null = a generated Lublin–Feitelson trace")
@@ -187,6 +204,7 @@ class HeuristicsOptions(WindowOptions):
     policy: list[str] | None = option(None, help="heuristics to run (repeatable; null = all)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_heuristics(self.policy or [], "--policy")
 
 
@@ -206,11 +224,12 @@ class EvalCommandOptions(WindowOptions):
                                help="heuristics shown beside RL (repeatable)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         _check_heuristics(self.policy, "--policy")
 
 
 @dataclass(kw_only=True)
-class ExportOptions:
+class ExportOptions(Options):
     """``sched export``: a trained run's policy as a pretrained policy (weights + card with config and scores)."""
 
     checkpoint: str = option(help="run folder (runs/sched/<id>)")
@@ -224,6 +243,7 @@ class ExportOptions:
                                 "ext/sched/pretrained/")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.name or any(c in self.name for c in "/\\: "):
             raise ConfigError(f"--name must be a plain file name, got {self.name!r}")
 
@@ -232,7 +252,7 @@ class ExportOptions:
 
 
 @dataclass
-class SchedTour:
+class SchedTour(Options):
     """The sched demo step: heuristics on a generated Lublin trace, then a short PPO run warm-started from F1."""
 
     jobs: int = option(3000, help="jobs of the generated Lublin trace", ge=1000)
@@ -242,6 +262,5 @@ class SchedTour:
 
 __all__ = [
     "BACKFILLS", "METRIC_CHOICES", "EnvOptions", "EvalCommandOptions", "EvalOptions", "ExportOptions",
-    "HeuristicsOptions",
-    "PPOOptions", "SchedConfig", "SchedTour", "TraceOptions", "WindowOptions",
+    "HeuristicsOptions", "PPOOptions", "SchedConfig", "SchedDist", "SchedTour", "TraceOptions", "WindowOptions",
 ]

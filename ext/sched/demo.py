@@ -7,10 +7,10 @@ from typing import Any
 
 from torchhpc.ext.core.config import load_config
 
+from .commands import train
 from .config import SchedConfig, SchedTour
 from .evaluate import draw_starts, evaluate_heuristic, summarise
-from .ppo import train
-from .swf import load_sched_trace
+from .traces import load_sched_trace
 
 WINDOW = 256  # jobs per window, training and evaluation
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -127,6 +127,19 @@ def evaluate_agent(
     with torch.no_grad():
         return _evaluate_agent(agent, trace, starts, length, backfill, greedy, seed, queue_slots, device,
                                time_scale, prior, context)
+
+
+def evaluate_policy(
+    agent, trace: SchedTrace, starts: Sequence[int], length: int, backfill: str, *, greedy: bool, samples: int,
+    seed: int, settings: Mapping[str, Any], device: str | torch.device = "cpu",
+) -> list[dict[str, float]]:
+    """Per-window metrics of ``agent``: one greedy pass, or ``samples`` sampled passes (seeds ``seed + k``)
+    concatenated; ``settings`` are the agent's observation settings
+    (:func:`~torchhpc.ext.sched.checkpoints.agent_settings`)."""
+    obs = {k: settings[k] for k in ("queue_slots", "time_scale", "prior", "context")}
+    return [row for k in range(1 if greedy else samples)
+            for row in evaluate_agent(agent, trace, starts, length, backfill, greedy=greedy, seed=seed + k,
+                                      device=device, **obs)]
 
 
 def _evaluate_agent(agent, trace, starts, length, backfill, greedy, seed, queue_slots, device, time_scale, prior,

@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torchhpc.ext.core.config import option
+from torchhpc.ext.core.config import Options, option
 
 from .swf import FIELDS, Trace
 
 
 @dataclass
-class LublinParams:
+class LublinParams(Options):
     """Parameters of the generator (defaults calibrated to RLScheduler's Lublin-1 trace)."""
 
     procs: int = option(256, help="machine size (processors)", ge=1)

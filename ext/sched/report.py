@@ -1,17 +1,16 @@
-"""What ``sched heuristics`` and ``sched eval`` compute and print: job windows, the metrics table, the box plot."""
+"""What ``sched heuristics`` and ``sched eval`` show: the job windows a command schedules, the metrics table, the
+box plot (the commands themselves are in :mod:`torchhpc.ext.sched.commands`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from torchhpc.ext.core.errors import InputError
 
-from .config import EvalCommandOptions, HeuristicsOptions, WindowOptions
-from .evaluate import PUBLISHED_STARTS, draw_starts, evaluate_heuristic, mean_ratio, summarise, windows_better
-from .heuristics import HEURISTICS
-from .swf import SchedTrace, load_sched_trace
+from .config import WindowOptions
+from .evaluate import PUBLISHED_STARTS, draw_starts
+from .swf import SchedTrace
+from .traces import load_sched_trace
 
 TABLE_COLUMNS = ("bsld", "wait", "turnaround", "slowdown", "util", "util_rlscheduler")
 
@@ -72,92 +71,4 @@ def box_plot(per_seq: dict[str, list[dict[str, float]]], path: Path, title: str)
     return path
 
 
-def heuristics(opts: HeuristicsOptions) -> dict[str, dict[str, float]]:
-    """``sched heuristics``: each heuristic's mean metrics over the windows; prints the table (or JSON)."""
-    trace = window_trace(opts)
-    starts = window_starts(opts, trace)
-    names = opts.policy or list(HEURISTICS)
-    results = {name: summarise(evaluate_heuristic(trace, name, starts, opts.length, opts.backfill)) for name in names}
-    if opts.json:
-        print(json.dumps(results))
-    else:
-        print(f"{trace.name}: {len(trace)} jobs, {trace.procs_total} procs, backfill={opts.backfill}, "
-              f"{len(starts)} window(s) of {opts.length} jobs (mean over windows)")
-        print(metrics_table(results))
-    return results
-
-
-def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], Path, str]:
-    """``(epoch, state, folder for plots, backfilling it was trained with)`` of a ``--checkpoint`` value: a run
-    folder, a checkpoint file, or ``pretrained:NAME`` (a shipped policy; plots go to ``runs/sched/pretrained-NAME``).
-
-    Raises:
-        InputError: no such run, file or shipped policy, or an unreadable checkpoint.
-    """
-    import yaml
-
-    from .ppo import load_checkpoint
-    from .zoo import PREFIX, card, is_pretrained, load_pretrained
-
-    if is_pretrained(spec):
-        name = spec[len(PREFIX):]
-        step, state = load_pretrained(name)
-        info = card(name)
-        return step, state, Path("runs/sched") / f"pretrained-{name}", (info.get("setting") or {}).get(
-            "backfill", "none")
-    step, state, out_dir = load_checkpoint(spec, which)
-    cfg = Path(out_dir) / "config.yaml"
-    backfill = "none"
-    if cfg.is_file():
-        try:
-            backfill = (yaml.safe_load(cfg.read_text()) or {}).get("env", {}).get("backfill", "none")
-        except yaml.YAMLError:
-            backfill = "none"
-    return step, state, Path(out_dir), backfill
-
-
-def evaluate_checkpoint(opts: EvalCommandOptions) -> dict[str, Any]:
-    """``sched eval``: the checkpoint's policy beside the heuristics on the windows; prints the table (or JSON),
-    the windows won, the paired bootstrap ratio, and writes the box plot beside the run.
-
-    Raises:
-        InputError: no run folder or checkpoint file at ``opts.checkpoint``, or an unreadable one.
-    """
-    from .ppo import agent_settings, evaluate_policy, from_checkpoint
-
-    step, state, out_dir, trained_backfill = policy_source(opts.checkpoint, opts.which)
-    backfill = opts.backfill or trained_backfill
-    if not opts.json:
-        print(f"checkpoint: epoch {step}" + (
-            f" (best held-out {state['best']['value']:.2f} at epoch {state['best']['epoch']})"
-            if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}")
-    agent = from_checkpoint(state)
-    trace = window_trace(opts)
-    starts = window_starts(opts, trace)
-    rl_rows = evaluate_policy(agent, trace, starts, opts.length, backfill, greedy=opts.greedy,
-                              samples=opts.samples, seed=opts.seed, settings=agent_settings(state))
-    per_seq = {"rl": rl_rows}
-    for name in opts.policy:
-        per_seq[name] = evaluate_heuristic(trace, name, starts, opts.length, backfill)
-    results = {k: summarise(v) for k, v in per_seq.items()}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    png = box_plot(per_seq, out_dir / f"eval_{trace.name}_{backfill}.png",
-                   f"{trace.name}, backfill={backfill}, {len(starts)} x {opts.length} jobs")
-    if opts.json:
-        print(json.dumps(results))
-        return results
-    print(metrics_table(results))
-    passes = "greedy" if opts.greedy else f"mean of {opts.samples} sampled pass(es) per window"
-    wins = ", ".join("{} {}/{}".format(h, *windows_better(rl_rows, rows)) for h, rows in per_seq.items() if h != "rl")
-    print(f"windows where RL ({passes}) has the lower bsld: {wins}")
-    for h, rows in per_seq.items():
-        if h != "rl" and len(starts) > 1:
-            r, lo, hi = mean_ratio(rl_rows, rows)
-            print(f"RL bsld / {h} bsld: {r:.3f} (95% paired bootstrap interval over the {len(starts)} "
-                  f"windows: {lo:.3f}-{hi:.3f})")
-    print(f"box plot: {png}")
-    return results
-
-
-__all__ = ["box_plot", "evaluate_checkpoint", "heuristics", "metrics_table", "policy_source", "window_starts",
-           "window_trace"]
+__all__ = ["TABLE_COLUMNS", "box_plot", "metrics_table", "window_starts", "window_trace"]

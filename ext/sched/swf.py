@@ -292,20 +292,3 @@ def write_swf(trace: Trace, path: str | Path, comment: str = "") -> None:
     for row in data:
         lines.append(" ".join(str(int(v)) if float(v).is_integer() else f"{v:.2f}" for v in row))
     Path(path).write_text("\n".join(lines) + "\n")
-
-
-def load_sched_trace(
-    trace: str | SchedTrace | None, procs: int | None = None, generate_jobs: int = 10_000, generate_seed: int = 0,
-    strict: bool = True,
-) -> SchedTrace:
-    """A :class:`SchedTrace` from a path, an existing one, or the Lublin generator (``None``)."""
-    if isinstance(trace, SchedTrace):
-        return trace
-    if procs is not None and procs < 1:
-        raise InputError(f"the machine size (procs) must be >= 1, got {procs}")
-    if trace is None:
-        from .lublin import LublinParams, generate_lublin
-
-        params = LublinParams(procs=procs) if procs else None
-        return generate_lublin(generate_jobs, generate_seed, params).for_scheduling()
-    return read_swf(trace, strict=strict).for_scheduling(procs)

@@ -3,14 +3,15 @@
 Each shipped policy is two files of package data in ``ext/sched/pretrained/`` (``torchhpc/ext/sched/pretrained/``
 once installed):
 
-* ``NAME.pt`` — a checkpoint that :func:`~torchhpc.ext.sched.ppo.read_checkpoint` reads: the policy's (actor's)
+* ``NAME.pt`` — a checkpoint that :func:`~torchhpc.ext.sched.checkpoints.read_checkpoint` reads: the policy's (actor's)
   weights (a few KB) and the observation settings it was trained with, nothing else (no critic, no optimiser
   state: :func:`load_pretrained` gives it an untrained critic, which acting and evaluating never use);
 * ``NAME.json`` — its card: the setting (trace, backfilling, objective), the full training config, the command
   that trained it, the run's training time, and its scores (``sched eval`` beside the heuristics, with the
   paired bootstrap interval of RL / the best heuristic), on its own trace and on traces it was not trained on.
 
-:func:`export_policy` writes both from a run folder (it is how the shipped files were made).
+:func:`export_policy` writes both from a run folder (it is how the shipped files were made; ``torchhpc sched
+export``, :func:`torchhpc.ext.sched.commands.export_command`, scores the policy and calls it).
 """
 
 from __future__ import annotations
@@ -22,6 +23,16 @@ from typing import Any
 import torch
 
 from torchhpc.ext.core.errors import InputError
+
+from .checkpoints import (
+    AGENT_SETTINGS,
+    agent_settings,
+    from_checkpoint,
+    load_checkpoint,
+    new_agent,
+    read_checkpoint,
+)
+from .evaluate import evaluate_heuristic, evaluate_policy, mean_ratio, summarise, windows_better
 
 PREFIX = "pretrained:"
 #: the folder of the shipped policies (package data)
@@ -53,9 +64,8 @@ def card(name: str, folder: Path | None = None) -> dict[str, Any]:
 
 
 def load_pretrained(name: str, folder: Path | None = None) -> tuple[int, dict[str, Any]]:
-    """``(epoch, state)`` of a shipped policy, as :func:`~torchhpc.ext.sched.ppo.read_checkpoint` returns them."""
-    from .ppo import agent_settings, new_agent, read_checkpoint
-
+    """``(epoch, state)`` of a shipped policy, as :func:`~torchhpc.ext.sched.checkpoints.read_checkpoint` returns
+    them."""
     step, state = read_checkpoint(_path(name, folder))
     full = new_agent(**agent_settings(state)).state_dict()  # the critic is not shipped: an untrained one
     state["agent"] = {k: state["agent"].get(k, v) for k, v in full.items()}
@@ -73,8 +83,6 @@ def pretrained(name: str, device: str | torch.device = "cpu"):
     Raises:
         InputError: no shipped policy of that name (the message lists those shipped).
     """
-    from .ppo import from_checkpoint
-
     _, state = load_pretrained(name)
     return from_checkpoint(state, device=device).eval()
 
@@ -90,8 +98,6 @@ def export_policy(run: str | Path, name: str, which: str = "best", folder: Path 
     """Write a run's policy as the shipped policy ``name``: ``NAME.pt`` (weights and settings only) and
     ``NAME.json`` (the card: config, command, training time, ``scores``).  Returns the ``.pt`` path."""
     import yaml
-
-    from .ppo import AGENT_SETTINGS, load_checkpoint
 
     step, state, run_dir = load_checkpoint(run, which)
     slim = {"agent": {k: v.detach().clone() for k, v in state["agent"].items() if k.startswith("actor.")}}
@@ -125,9 +131,6 @@ def score(state: dict[str, Any], trace, starts, length: int, backfill: str, *, h
     """A policy's scores on windows of a trace beside the heuristics: mean bsld of the greedy policy and of
     one sampled pass (the paper's protocol, ``sampled_seed``; None: skip it), each heuristic's, the best
     heuristic, and RL / best heuristic with its 95 % paired bootstrap interval and the windows won."""
-    from .evaluate import evaluate_heuristic, mean_ratio, summarise, windows_better
-    from .ppo import agent_settings, evaluate_policy, from_checkpoint
-
     agent = from_checkpoint(state).eval()
     settings = agent_settings(state)
     heur = {h: evaluate_heuristic(trace, h, list(starts), length, backfill) for h in heuristics}
@@ -147,44 +150,5 @@ def score(state: dict[str, Any], trace, starts, length: int, backfill: str, *, h
     return out
 
 
-def export_command(opts) -> Path:
-    """``sched export``: score a run's policy on its own test windows and on ``--unseen`` traces, then write it
-    with its card (:func:`export_policy`).  Prints where it went and the headline scores."""
-    import yaml
-
-    from .ppo import load_checkpoint
-    from .swf import load_sched_trace
-
-    step, state, run_dir = load_checkpoint(opts.checkpoint, opts.which)
-    cfg_file = Path(run_dir) / "config.yaml"
-    if not cfg_file.is_file():
-        raise InputError(f"{run_dir}: no config.yaml (sched export needs a run folder)")
-    cfg = yaml.safe_load(cfg_file.read_text())
-    backfill, ev = cfg["env"]["backfill"], cfg["eval"]
-    own = load_sched_trace(cfg["trace"]["path"], cfg["trace"].get("procs"), cfg["trace"].get("generate_jobs", 10_000),
-                           cfg["trace"].get("generate_seed", 0), cfg["trace"].get("strict", True))
-    scores: dict[str, Any] = {"own": score(state, own, ev["starts"], ev["length"], backfill), "unseen": []}
-    for i, path in enumerate(opts.unseen):
-        other = load_sched_trace(path)
-        scores["unseen"].append(score(state, other, ev["starts"], ev["length"], backfill))
-        if i == 0:  # the check the tests replay: the first unseen trace, the table's windows, greedy
-            u = scores["unseen"][0]
-            scores["unseen_check"] = {"trace": other.name, "starts": u["starts"], "length": u["length"],
-                                      "rl_bsld": u["rl_greedy"]["bsld"]}
-    folder = Path(opts.folder) if opts.folder else None
-    out = export_policy(run_dir, opts.name, opts.which, folder, scores, opts.command, opts.notes)
-    o = scores["own"]
-    print(f"wrote {out} and {out.with_suffix('.json').name} (epoch {step})")
-    for label in ("greedy", "sampled"):
-        r, lo, hi = o[f"rl_{label}"]["ratio_to_best"]
-        print(f"{o['trace']} backfill={backfill}: RL {label} {o[f'rl_{label}']['bsld']:.2f}, best heuristic "
-              f"{o['best_heuristic']} {o['heuristics'][o['best_heuristic']]:.2f}, ratio {r:.3f} [{lo:.3f}, {hi:.3f}]")
-    for u in scores["unseen"]:
-        r, lo, hi = u["rl_greedy"]["ratio_to_best"]
-        print(f"unseen {u['trace']}: RL greedy {u['rl_greedy']['bsld']:.2f}, best heuristic {u['best_heuristic']} "
-              f"{u['heuristics'][u['best_heuristic']]:.2f}, ratio {r:.3f} [{lo:.3f}, {hi:.3f}]")
-    return out
-
-
-__all__ = ["PREFIX", "PRETRAINED_DIR", "available", "card", "export_command", "export_policy", "is_pretrained", "load_pretrained",
+__all__ = ["PREFIX", "PRETRAINED_DIR", "available", "card", "export_policy", "is_pretrained", "load_pretrained",
            "pretrained", "score"]

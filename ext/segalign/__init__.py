@@ -10,13 +10,16 @@ from __future__ import annotations
 from torchhpc.ext.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "AlignResult": "align", "align_files": "align", "align_sequences": "align", "find_hsps": "align",
-    "AlignCommand": "config", "AlignConfig": "config", "SegalignTour": "config",
+    "AlignPlan": "align", "AlignResult": "align", "align_files": "align", "align_sequences": "align",
+    "find_hsps": "align", "plan_alignment": "align",
+    "AlignCommand": "config", "AlignConfig": "config", "AlignDist": "config", "PipelineOptions": "config",
+    "SegalignTour": "config",
     "SequenceSet": "fasta", "from_strings": "fasta", "parse_fasta": "fasta", "read_fasta": "fasta",
     "HSPs": "ops", "ungapped_hsps": "ops", "xdrop_extend": "ops", "xdrop_extend_torch": "ops",
     "Alignment": "output", "write_general": "output", "write_maf": "output", "write_segments": "output",
     "hoxd70": "scoring", "read_scoring_file": "scoring",
-    "SEEDS": "seeds", "build_index": "seeds", "parse_seed": "seeds", "seed_hits": "seeds",
+    "SEEDS": "seed_patterns", "parse_seed": "seed_patterns",
+    "build_index": "seeds", "seed_hits": "seeds",
 }
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, _EXPORTS)

@@ -1,5 +1,9 @@
 """The pipeline: index the target once, then per query interval and strand seed -> filter -> extend.
 
+What runs is resolved once, before any work, into an :class:`AlignPlan` (the device, the filter
+kernel, the gapped kernel and the ranks sharing the work), which every stage is handed; the config
+itself is checked when it is made and never changed.
+
     target.fa --read--> codes --build_index--> SeedIndex (once)
     query.fa  --read--> codes (+ reverse complement for --strand minus/both)
         for each strand, for each query interval (``interval`` windows):
@@ -11,7 +15,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +23,12 @@ import torch
 
 from torchhpc.ext.core.device import pick_device
 from torchhpc.ext.core.dispatch import resolve_backend
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.distributed import DistContext
+from torchhpc.ext.core.errors import InputError, warn
 
-from .config import BACKENDS, AlignConfig
+from .config import BACKENDS, AlignConfig, PipelineOptions
 from .fasta import SequenceSet, read_fasta
+from .gapped import gapped_alignments, gapped_kernel
 from .ops import HSPs, remove_contained, ungapped_hsps, ungapped_hsps_fused
 from .output import Alignment, hsps_to_alignments
 from .seeds import build_index, expand_lookups, parse_seed, seed_lookups
@@ -40,48 +45,73 @@ class AlignResult:
     stats: dict
 
 
-def _rank_world() -> tuple[int, int]:
-    """This process's rank and the number of ranks (0, 1 without an initialised process group)."""
-    import torch.distributed as dist
+@dataclass(frozen=True)
+class AlignPlan:
+    """What an alignment runs, resolved once from its options (:func:`plan_alignment`) and handed to
+    every stage, so that what ``--stats`` reports is what ran.
 
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    Attributes:
+        device: where seeding and the filter run.
+        backend: the filter kernel, ``torch``, ``triton`` or ``numba``; seeding runs numba's compiled
+            passes with ``numba`` only (else its tensor ops).
+        gapped_by: the gapped stage: ``None`` (``--nogapped``), ``lastz``, ``numba`` or ``numpy``.
+        ctx: the ranks that share the work (query intervals, then strands); one process by default.
+    """
+
+    device: torch.device
+    backend: str
+    gapped_by: str | None
+    ctx: DistContext
+
+    @property
+    def seeding(self) -> str:
+        """Seeding's backend (:func:`.seeds.compiled_seeding`): numba's passes under the numba filter only."""
+        return "numba" if self.backend == "numba" else "torch"
 
 
-def _all_gather(obj) -> list:
-    """Every rank's ``obj`` (picklable), in rank order."""
-    import torch.distributed as dist
+def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = None,
+                   ctx: DistContext | None = None) -> AlignPlan:
+    """Resolve once what ``cfg`` runs: the device (``device``; default ``cfg.device`` of an
+    :class:`AlignConfig`, ``cfg.dist.device`` of an :class:`~.config.AlignCommand`), the filter kernel
+    (``cfg.backend`` on that device), the gapped kernel (``cfg.gapped_by``) and the ranks (``ctx``, from
+    :func:`torchhpc.ext.core.distributed.distributed`; default one process).
 
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
+    Raises:
+        InputError: a device, filter backend or gapped kernel that cannot run here.
+    """
+    if device is None:
+        device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
+    dev = pick_device(device)
+    backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
+    gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by)
+    return AlignPlan(dev, backend, gapped_by, ctx if ctx is not None else DistContext(0, 1, 0, dev, None))
 
 
-def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
-              query_rc: SequenceSet | None = None, on_strand=None) -> tuple[dict[str, HSPs], dict]:
+def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
+              query_rc: SequenceSet | None = None, on_strand=None, *,
+              plan: AlignPlan | None = None) -> tuple[dict[str, HSPs], dict]:
     """Seeding and the ungapped filter on both strands -> ``{"+": HSPs, "-": HSPs}`` and counters.
 
-    The counters include ``backend``, the filter kernel that ran (what
-    :func:`~torchhpc.ext.core.dispatch.resolve_backend` chose for ``cfg.backend`` on ``cfg.device``),
+    The counters include ``backend``, the filter kernel that ran (``plan.backend``: what
+    :func:`~torchhpc.ext.core.dispatch.resolve_backend` chose for ``cfg.backend`` on the device),
     and ``fused``, whether the one-pass numba kernel ran.  ``on_strand(strand, hsps)``, where given,
     is called as soon as a strand's HSPs are all known (the plus strand's while the minus strand is
     still being filtered, with several threads in one process), with the HSPs returned for it.
+    ``plan``: what runs (default: :func:`plan_alignment` of ``cfg``, an :class:`AlignConfig`).
 
     Raises:
-        ConfigError: an impossible option; InputError: a device or backend that cannot run here.
+        InputError: a device or backend that cannot run here.
     """
-    cfg.check()
-    dev = pick_device(cfg.device)
+    plan = plan or plan_alignment(cfg)
+    dev, backend, seeding = plan.device, plan.backend, plan.seeding
     pattern = parse_seed(cfg.seed)
     table = cfg.scoring_scheme().table(cfg.xdrop, dev)
     t_codes = target.codes.to(dev)
     t0 = time.perf_counter()
-    index = build_index(t_codes, pattern, cfg.step)
+    index = build_index(t_codes, pattern, cfg.step, seeding)
     stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.ends.numel()),
              "hits": 0, "extended": 0, "rounds": 0}
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
-    backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
     stats["backend"] = backend
     qcodes = {}
     for strand in strands:
@@ -93,7 +123,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     # numba: seed look-ups and hits as tensor ops (vectorised gathers), the filter compiled; or, with
     # cfg.fused, seeding and filter in one compiled pass (no tensors of hits: least memory)
     # under torchrun each rank filters every world-th task; the results are gathered and merged in task order
-    rank, world = _rank_world()
+    rank, world = plan.ctx.rank, plan.ctx.world_size
     all_tasks, tasks = tasks, tasks[rank::world]
     fused = backend == "numba" and cfg.fused and index.offsets is not None
     stats["fused"] = fused
@@ -116,7 +146,8 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
         else:
             res = [ungapped_hsps(t_codes, q_codes, *expand_lookups(index, lo, counts, q_end), table, cfg.xdrop,
                                  cfg.hspthresh, cfg.entropy, backend, strand, threads=one)
-                   for lo, counts, q_end in seed_lookups(index, q_codes, s, e, cfg.transition, cfg.max_hits)]
+                   for lo, counts, q_end in seed_lookups(index, q_codes, s, e, cfg.transition, cfg.max_hits,
+                                                         seeding)]
         if bar is not None:
             bar.update(1)
         return res
@@ -148,7 +179,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
         bar.close()
     if world > 1:
         mine = [[(h.to("cpu"), st) for h, st in res] for res in results]
-        gathered = _all_gather(mine)
+        gathered = plan.ctx.gather(mine)
         results = [gathered[i % world][i // world] for i in range(len(all_tasks))]
         tasks = all_tasks
     for res in results:
@@ -165,49 +196,50 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     return out, stats
 
 
-def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
-                    target_path: str | None = None, query_path: str | None = None) -> AlignResult:
-    """The whole pipeline on loaded sequences (the paths are needed only for ``gapped_by='lastz'``)."""
-    cfg.check()
+def align_sequences(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
+                    target_path: str | None = None, query_path: str | None = None, *,
+                    plan: AlignPlan | None = None) -> AlignResult:
+    """The whole pipeline on loaded sequences (the paths are needed only for ``gapped_by='lastz'``).
+
+    ``plan``: what runs (default: :func:`plan_alignment` of ``cfg``, an :class:`AlignConfig`).
+
+    Raises:
+        InputError: a device or kernel that cannot run here, or lastz failed.
+    """
+    plan = plan or plan_alignment(cfg)
     # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
     threads = torch.get_num_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
-    if (threads > 1 and cfg.gapped and cfg.gapped_by != "lastz" and _rank_world()[1] == 1
-            and pick_device(cfg.device).type == "cpu"):
-        from .gapped import gapped_kernel
-
-        if gapped_kernel(cfg.gapped_by) == "numba":  # (the NumPy reference holds the GIL: nothing to overlap)
-            res = _align_overlapped(target, query, query_rc, cfg, threads)
-            if torch.get_num_threads() != threads:
-                torch.set_num_threads(threads)
-            return res
-    hsps, stats = find_hsps(target, query, cfg, query_rc)
+    # (the NumPy reference holds the GIL: nothing to overlap)
+    if threads > 1 and plan.gapped_by == "numba" and plan.ctx.world_size == 1 and plan.device.type == "cpu":
+        res = _align_overlapped(target, query, query_rc, cfg, plan, threads)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        return res
+    hsps, stats = find_hsps(target, query, cfg, query_rc, plan=plan)
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     sets = {"+": query, "-": query_rc}
     t0 = time.perf_counter()
     # what ran for the gapped stage: None (--nogapped), lastz, numba or numpy
-    stats["gapped_by"] = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else None
-    if not cfg.gapped:
+    stats["gapped_by"] = plan.gapped_by
+    if plan.gapped_by is None:
         alns = []
         for strand, h in hsps.items():
             alns += hsps_to_alignments(h, target, sets[strand])
-    elif cfg.gapped_by == "lastz":
+    elif plan.gapped_by == "lastz":
         from .lastz import lastz_gapped
 
         if target_path is None or query_path is None:
             raise InputError("gapped_by='lastz' needs the FASTA paths (lastz reads the files itself)")
         alns = lastz_gapped(hsps, target, sets, target_path, query_path, cfg)
     else:
-        from .gapped import gapped_alignments, gapped_kernel
-
-        kernel = stats["gapped_by"] = gapped_kernel(cfg.gapped_by)
         # under torchrun the strands go to ranks in turn and the alignments are gathered in strand order
-        rank, world = _rank_world()
-        per_strand = [gapped_alignments(h, target, sets[strand], cfg, kernel=kernel, threads=threads)
+        rank, world = plan.ctx.rank, plan.ctx.world_size
+        per_strand = [gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=threads)
                       if i % world == rank else None for i, (strand, h) in enumerate(hsps.items())]
         if world > 1:
-            gathered = _all_gather(per_strand)
+            gathered = plan.ctx.gather(per_strand)
             per_strand = [gathered[i % world][i] for i in range(len(per_strand))]
         alns = [a for part in per_strand for a in part]
     stats["gapped_seconds"] = time.perf_counter() - t0
@@ -215,8 +247,8 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: AlignConfig,
     return AlignResult(alns, hsps, target, query, stats)
 
 
-def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: SequenceSet | None, cfg: AlignConfig,
-                      threads: int) -> AlignResult:
+def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: SequenceSet | None, cfg: PipelineOptions,
+                      plan: AlignPlan, threads: int) -> AlignResult:
     """Filter and gapped stage overlapped (several threads, one process, the compiled gapped stage): a
     strand's gapped extension starts on its own thread as soon as the strand's HSPs are known, while
     the filter goes on with the next strand, as SegAlign extends on CPU threads while the GPU filters.
@@ -224,9 +256,6 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     the same as one stage after the other."""
     import threading
 
-    from .gapped import gapped_alignments, gapped_kernel
-
-    kernel = gapped_kernel(cfg.gapped_by)
     sets = {"+": query, "-": query_rc}
     n_strands = 2 if cfg.strand == "both" else 1
     inner = max(threads // n_strands, 1)  # the strands' gapped stages share the threads
@@ -236,7 +265,7 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
 
     def extend(strand, h):
         try:
-            found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=kernel, threads=inner)
+            found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=inner)
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
 
@@ -246,14 +275,14 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
         w.start()
 
     t0 = time.perf_counter()
-    hsps, stats = find_hsps(target, query, cfg, query_rc, on_strand=on_strand)
+    hsps, stats = find_hsps(target, query, cfg, query_rc, on_strand=on_strand, plan=plan)
     t_filter_end = time.perf_counter()
     for w in workers:
         w.join()
     if errors:
         raise errors[0]
     alns = [a for strand in hsps for a in found[strand]]
-    stats["gapped_by"] = kernel
+    stats["gapped_by"] = plan.gapped_by
     stats["overlapped"] = True
     # the gapped stage's share of the wall time after the filter ended (the rest overlapped it)
     stats["gapped_seconds"] = time.perf_counter() - t_filter_end
@@ -262,22 +291,27 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     return AlignResult(alns, hsps, target, query, stats)
 
 
-def align_files(target_path: str | Path, query_path: str | Path, cfg: AlignConfig | None = None) -> AlignResult:
+def align_files(target_path: str | Path, query_path: str | Path, cfg: PipelineOptions | None = None, *,
+                plan: AlignPlan | None = None) -> AlignResult:
     """Align two FASTA files (``lastz TARGET QUERY`` with the same options).
 
+    ``plan``: what runs (default: :func:`plan_alignment` of ``cfg``, an :class:`AlignConfig`, default
+    ``AlignConfig()``); it is resolved before the files are read, so an unusable device or backend
+    fails first.
+
     Raises:
-        ConfigError: an impossible option; InputError: a missing or malformed file, a device or
-            backend that cannot run here.
+        InputError: a missing or malformed file, a device or kernel that cannot run here.
     """
     cfg = cfg or AlignConfig()
-    cfg.check()
-    # an unusable device or backend fails before the files are read
-    resolve_backend(cfg.backend, pick_device(cfg.device), choices=BACKENDS, what="--backend")
+    plan = plan or plan_alignment(cfg)
     target = read_fasta(target_path, cfg.ambiguous)
     query = read_fasta(query_path, cfg.ambiguous)
     for seqs in (target, query):
         if seqs.meta.get("all_soft_masked"):
-            print(f"torchhpc: warning: {seqs.path}: every base is lowercase, i.e. soft-masked, and (as in LASTZ) no "
-                  f"seed starts in soft-masked bases, so nothing will align; uppercase the sequence to align it "
-                  f"(e.g. awk '/^>/ {{print; next}} {{print toupper($0)}}')", file=sys.stderr, flush=True)
-    return align_sequences(target, query, cfg, str(target_path), str(query_path))
+            warn(f"{seqs.path}: every base is lowercase, i.e. soft-masked, and (as in LASTZ) no seed starts in "
+                 f"soft-masked bases, so nothing will align; uppercase the sequence to align it "
+                 f"(e.g. awk '/^>/ {{print; next}} {{print toupper($0)}}')")
+    return align_sequences(target, query, cfg, str(target_path), str(query_path), plan=plan)
+
+
+__all__ = ["AlignPlan", "AlignResult", "align_files", "align_sequences", "find_hsps", "plan_alignment"]

@@ -1,35 +1,35 @@
 """Every option of segalign, defined once: the library, YAML files and ``torchhpc align`` read these.
 
-* :class:`AlignConfig` — the pipeline's options (LASTZ's names and defaults; ydrop as SegAlign),
-  what :func:`~torchhpc.ext.segalign.align.align_files` takes;
-* :class:`AlignCommand` — ``torchhpc align``: an :class:`AlignConfig` plus the command's own
-  options (the two FASTA files, ``--output``, ``--format``, ``--stats``, ``--threads``);
+* :class:`PipelineOptions` — the alignment pipeline's options (LASTZ's names and defaults; ydrop as
+  SegAlign);
+* :class:`AlignConfig` — what :func:`~torchhpc.ext.segalign.align.align_files` takes: the pipeline's
+  options and the device it runs on;
+* :class:`AlignCommand` — ``torchhpc align``: the pipeline's options, the command's own (the two FASTA
+  files, ``--output``, ``--format``, ``--stats``) and ``dist`` (:class:`AlignDist`: ``--device``,
+  ``--threads``, ``--nproc``, ``--timeout-s``, as every torchrun job of the suite spells them);
 * :class:`SegalignTour` — the ``torchhpc demo`` step.
 
 The flags of ``torchhpc align`` are generated from these fields
 (:func:`torchhpc.ext.core.cli.add_options`) with the spellings LASTZ users know: ``--nogapped``,
-``--notransition``, ``--noentropy``, ``--gapped-by``, ``--max-hits``.  Values are checked when a
-config is built, and an impossible one raises :class:`~torchhpc.ext.core.errors.ConfigError`
-naming the flag.
+``--notransition``, ``--noentropy``, ``--gapped-by``, ``--max-hits``, ``--threads``.  Values are
+checked once, when a config is made (:class:`~torchhpc.ext.core.config.Options`); an impossible one
+raises :class:`~torchhpc.ext.core.errors.ConfigError` naming the option.  The configs are frozen: what
+was checked is what runs (``dataclasses.replace`` makes a changed copy, checked again).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import operator
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from torchhpc.ext.core.cli import option_flag
-from torchhpc.ext.core.config import option
+from torchhpc.ext.core.config import DistOptions, Options, option
 from torchhpc.ext.core.errors import ConfigError, InputError
+
+from .seed_patterns import MAX_SEED_WEIGHT, MIN_SEED_WEIGHT, parse_seed
 
 if TYPE_CHECKING:
     from .scoring import Scoring
-
-MAX_SEED_WEIGHT = 31
-"""The most care positions a seed may have (its packed key must fit in 62 bits)."""
 
 #: the filter kernels (``--backend``); ``auto`` picks Triton on CUDA, numba on the CPU where installed
 BACKENDS = ("torch", "triton", "numba")
@@ -40,14 +40,11 @@ GAPPED_BY = ("auto", "native", "numba", "numpy", "lastz")
 #: output formats of ``torchhpc align``
 FORMATS = ("maf", "maf-", "general", "segments")
 
-MIN_SEED_WEIGHT = 8
-"""Fewest care positions of a seed: below this, random hits swamp the filter (with weight ``w`` a
-query word hits one target position in ``4**w``: 4**8 = 65536, about 15 random hits a word on a
-1 Mbp target; ``match1`` would make one hit per query base for every four target bases)."""
+_DEVICE_HELP = "where seeding and the filter run: cpu, cuda[:N] or auto (CUDA when present)"
 
 
-@dataclass
-class AlignConfig:
+@dataclass(frozen=True)
+class PipelineOptions(Options):
     """Options of the alignment pipeline (LASTZ's names and defaults; ydrop as SegAlign)."""
 
     seed: str = option("12of19", help=f"spaced seed: 12of19, 14of22, matchN (N = {MIN_SEED_WEIGHT}..{MAX_SEED_WEIGHT}) "
@@ -77,7 +74,6 @@ class AlignConfig:
     max_hits: int = option(1 << 22, help="seed hits per filter batch: bounds memory, about 200 bytes a hit", gt=0)
     interval: int = option(1 << 20, help="query positions per work interval (the unit of work and of --progress)",
                            gt=0)
-    device: str = option("cpu", help="where seeding and the filter run: cpu, cuda[:N] or auto (CUDA when present)")
     fused: bool = option(True, help="numba backend: seeding and filter in one compiled pass, no tensors of hits "
                                     "(fastest, least memory); --nofused builds the hits as tensors first",
                          neg_flag="--nofused")
@@ -88,22 +84,16 @@ class AlignConfig:
     lastz: str = option("lastz", help="lastz executable for --gapped-by lastz")
 
     def __post_init__(self) -> None:
-        self.check()
-
-    def check(self) -> None:
-        """Check every value (also after fields were changed in place).
+        """Check every value once, as the config is made.
 
         Raises:
-            ConfigError: a value out of range, not among the choices, or an invalid seed; the
-                message names the flag.
+            ConfigError: a value out of range or not among the choices (naming the option), or an
+                invalid seed (naming ``--seed``).
         """
-        for f in dataclasses.fields(self):
-            _check_field(self, f)
+        super().__post_init__()
         match_n = re.fullmatch(r"match(\d+)", self.seed.strip())
         if match_n and not MIN_SEED_WEIGHT <= int(match_n[1]) <= MAX_SEED_WEIGHT:
             raise ConfigError(f"--seed {self.seed!r}: matchN needs N between {MIN_SEED_WEIGHT} and {MAX_SEED_WEIGHT}")
-        from .seeds import parse_seed  # torch-free import of this module: the CLI's --help stays quick
-
         try:
             pattern = parse_seed(self.seed)
         except InputError as exc:
@@ -122,27 +112,35 @@ class AlignConfig:
         return sc
 
 
-def _check_field(cfg: object, f: dataclasses.Field) -> None:
-    """Raise ConfigError naming the flag when field ``f`` of ``cfg`` breaks its ``option()`` bounds."""
-    value, meta = getattr(cfg, f.name), f.metadata
-    if value is None or not meta:
-        return
-    flag = option_flag(f.name, f)
-    choices = meta.get("choices")
-    if choices and value not in choices:
-        raise ConfigError(f"{flag} must be one of {', '.join(map(str, choices))}; got {value!r}")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return
-    for name, sign, ok in (("ge", ">=", operator.ge), ("gt", ">", operator.gt),
-                           ("le", "<=", operator.le), ("lt", "<", operator.lt)):
-        bound = meta.get(name)
-        if bound is not None and not ok(value, bound):
-            raise ConfigError(f"{flag} = {value!r} is out of range (must be {sign} {bound})")
+@dataclass(frozen=True)
+class AlignConfig(PipelineOptions):
+    """What the library's :func:`~torchhpc.ext.segalign.align.align_files` takes: the pipeline's options
+    and where seeding and the filter run."""
+
+    device: str = option("cpu", help=_DEVICE_HELP)
 
 
-@dataclass(kw_only=True)
-class AlignCommand(AlignConfig):
+@dataclass
+class AlignDist(DistOptions):
+    """Where ``torchhpc align`` runs and on how many processes (the ``dist:`` section).
+
+    The suite's :class:`~torchhpc.ext.core.config.DistOptions` with the aligner's defaults: the CPU, and
+    600 s for a rank to wait for its peers.
+    """
+
+    device: str = option("cpu", flag="--device", help=_DEVICE_HELP + "; under torchrun with CUDA each rank "
+                                                                      "takes cuda:LOCAL_RANK")
+    timeout_s: float = option(600.0, flag="--timeout-s", gt=0,
+                              help="under torchrun: seconds a rank waits for the others before the job fails "
+                                   "(a rank that died)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlignCommand(PipelineOptions):
     """``torchhpc align TARGET QUERY``: the pipeline's options and the command's own."""
+
+    RENAMED = {"threads": "dist.threads", "dist_timeout": "dist.timeout_s", "device": "dist.device"}
+    LEGACY_VALUES = {"dist.threads": {None: 0}}  # "threads: null" meant torch's default
 
     target: str = option(help="target FASTA (.fa or .fa.gz; many records)", positional=True)
     query: str = option(help="query FASTA (.fa or .fa.gz; many records)", positional=True)
@@ -150,20 +148,17 @@ class AlignCommand(AlignConfig):
     format: str = option("maf", help="maf or maf- (LASTZ maf-, no header), general (LASTZ's tabular format) or "
                                      "segments (LASTZ --segments input, one HSP a line)", choices=FORMATS)
     stats: bool = option(False, help="print counters, timings and the backend that ran as JSON on standard error")
-    threads: int | None = option(None, help="CPU threads (null: torch's default)", ge=1)
-    dist_timeout: float = option(600.0, help="under torchrun: seconds a rank waits for the others before the job "
-                                             "fails (a rank that died)", gt=0)
+    dist: AlignDist = option(default_factory=AlignDist,
+                             help="device, CPU threads (filter intervals and gapped extensions side by side), "
+                                  "torchrun processes and their timeout")
 
 
 @dataclass
-class SegalignTour:
+class SegalignTour(Options):
     """The demo step: align a simulated genome pair with known truth; LASTZ beside it when installed."""
 
     length: int = option(30_000, help="bases of the simulated target", ge=1000)
 
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            _check_field(self, f)
 
-
-__all__ = ["BACKENDS", "FORMATS", "GAPPED_BY", "MIN_SEED_WEIGHT", "AlignCommand", "AlignConfig", "SegalignTour"]
+__all__ = ["BACKENDS", "FORMATS", "GAPPED_BY", "MAX_SEED_WEIGHT", "MIN_SEED_WEIGHT", "AlignCommand", "AlignConfig",
+           "AlignDist", "PipelineOptions", "SegalignTour"]

@@ -31,8 +31,10 @@ import threading
 
 import numpy as np
 
-from .cpu_kernels import numba_available
+from torchhpc.ext.core.dispatch import numba_available
+
 from .fasta import SEPARATOR
+from .walls import Walls
 
 if numba_available():
     from numba import njit
@@ -421,7 +423,7 @@ def ydrop_extend_numba(
     """:func:`.gapped.ydrop_extend` compiled (same arguments and results); ``threads``: extensions side by side.
 
     Raises:
-        RuntimeError: numba is not installed (check :func:`.cpu_kernels.numba_available` first).
+        RuntimeError: numba is not installed (check :func:`torchhpc.ext.core.dispatch.numba_available` first).
     """
     if not numba_available():  # pragma: no cover
         raise RuntimeError("the compiled gapped extension needs numba (pip install numba)")
@@ -429,8 +431,6 @@ def ydrop_extend_numba(
     q = np.ascontiguousarray(q_codes, dtype=np.uint8)
     tab = np.asarray(table, dtype=np.int64).reshape(11, 11)
     sc16, amb = compact_table(tab)
-    from .gapped import Walls
-
     if isinstance(cover, np.ndarray):
         cover = Walls.from_cover(cover)
     use = cover is not None

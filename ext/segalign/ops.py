@@ -28,6 +28,7 @@ from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 
 from .config import BACKENDS
+from .seeds import seed_keys
 
 
 def xdrop_extend_torch(
@@ -140,7 +141,7 @@ def xdrop_extend(
 
         return xdrop_extend_triton(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
     if backend == "numba":
-        from .cpu_kernels import xdrop_extend_numba
+        from .filter_kernels import xdrop_extend_numba
 
         return xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
     return xdrop_extend_torch(t_codes, q_codes, t_first, q_first, direction, table, xdrop)
@@ -267,7 +268,7 @@ def ungapped_hsps(
     backend = resolve_backend(backend, t_codes.device, choices=BACKENDS)
     parts = []
     if backend == "numba":
-        from .cpu_kernels import ungapped_scan_hits
+        from .filter_kernels import ungapped_scan_hits
 
         *raw, n_ext = ungapped_scan_hits(t_codes, q_codes, t_end, q_end, table, xdrop, hspthresh, threads)
         parts.append(tuple(raw))
@@ -300,10 +301,11 @@ def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, sta
                         hspthresh: int = 3000, entropy: bool = True, strand: str = "+",
                         threads: int | None = None) -> tuple[HSPs, dict]:
     """Seeding and the filter of one query interval in the numba kernel (see
-    :func:`.cpu_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters."""
-    from .cpu_kernels import seed_scan_numba
+    :func:`.filter_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters."""
+    from .filter_kernels import seed_scan_numba
 
-    ts, qs, ln, sc, st = seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop,
+    qkeys = seed_keys(q_codes, index.pattern, start, end, backend="numba")
+    ts, qs, ln, sc, st = seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits, table, xdrop,
                                          hspthresh, threads)
     st["rounds"] = 1
     return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), st

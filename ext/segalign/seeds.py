@@ -23,52 +23,37 @@ from dataclasses import dataclass
 
 import torch
 
+from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 
-from .config import MAX_SEED_WEIGHT  # most care positions: a key packs 2 bits per care base into an int64
+from .seed_patterns import MAX_SEED_WEIGHT, SEEDS, parse_seed
 
 #: seeds of at most this weight get a direct-address (counting-sort) table: 4**12 entries = 128 MiB
 DIRECT_TABLE_MAX_WEIGHT = 12
 
-
-#: named seeds (LASTZ's)
-SEEDS = {
-    "12of19": "1110100110010101111",
-    "14of22": "1110101100110010101111",
-}
+#: seeding's implementations: tensor ops (the reference) or numba's compiled passes (CPU tensors)
+SEED_BACKENDS = ("torch", "numba")
 
 
-def parse_seed(spec: str) -> str:
-    """``"12of19"``, ``"14of22"``, LASTZ's ``"matchN"`` or a 0/1 pattern -> the 0/1 pattern.
+def compiled_seeding(backend: str, device) -> bool:
+    """Whether seeding runs numba's compiled passes: ``backend`` (``auto``, ``torch`` or ``numba``) as
+    :func:`~torchhpc.ext.core.dispatch.resolve_backend` resolves it for data on ``device`` (``auto``:
+    numba on the CPU where installed, else torch).
 
     Raises:
-        InputError: an unknown name, a pattern with other characters, one that does not
-            start and end with 1, or fewer than 1 or more than :data:`MAX_SEED_WEIGHT` care
-            positions (``match0``, ``match99`` included).
+        InputError: an unknown backend, or numba asked for where it cannot run.
     """
-    spec = spec.strip()
-    if spec in SEEDS:
-        return SEEDS[spec]
-    if spec.startswith("match") and spec[5:].isdigit():
-        n = int(spec[5:])
-        if not 1 <= n <= MAX_SEED_WEIGHT:
-            raise InputError(f"--seed {spec!r}: matchN needs N between 1 and {MAX_SEED_WEIGHT}")
-        return "1" * n
-    if not spec or set(spec) - {"0", "1"}:
-        raise InputError(f"--seed {spec!r}: expected 12of19, 14of22, matchN or a pattern of 0s and 1s")
-    if spec[0] != "1" or spec[-1] != "1":
-        raise InputError(f"--seed {spec!r}: a spaced seed must start and end with 1")
-    if not 1 <= spec.count("1") <= MAX_SEED_WEIGHT:
-        raise InputError(f"--seed {spec!r}: between 1 and {MAX_SEED_WEIGHT} care positions are supported")
-    return spec
+    return resolve_backend(backend, device, choices=SEED_BACKENDS, what="seeding backend") == "numba"
 
 
-def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None = None) -> torch.Tensor:
+def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None = None,
+              backend: str = "auto") -> torch.Tensor:
     """Seed keys of the windows starting at ``start .. end-1`` of ``codes``.
 
     Args:
         codes: ``(N,)`` uint8 codes (see :mod:`.fasta`).
         pattern: the 0/1 seed pattern, length ``L``.
+        backend: ``auto``, ``torch`` or ``numba`` (see :func:`compiled_seeding`): the same keys either way.
 
     Returns:
         ``(end - start,)`` int64 keys, ``-1`` where the window is not all uppercase ACGT
@@ -82,8 +67,8 @@ def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None
     last = min(end, n - L + 1)  # windows that fit
     if last <= start:
         return out
-    if codes.device.type == "cpu" and _numba_available():
-        from .cpu_kernels import seed_keys_numba
+    if compiled_seeding(backend, codes.device):
+        from .index_kernels import seed_keys_numba
 
         seed_keys_numba(codes, pattern, start, last, out)  # one compiled pass, same keys
         return out
@@ -140,24 +125,28 @@ class SeedIndex:
         return self.pattern.count("1")
 
 
-def build_index(codes: torch.Tensor, pattern: str, step: int = 1) -> SeedIndex:
+def build_index(codes: torch.Tensor, pattern: str, step: int = 1, backend: str = "auto") -> SeedIndex:
     """Index every ``step``-th window of the target (LASTZ ``--step``) by its seed key.
 
+    ``backend``: ``auto``, ``torch`` or ``numba`` (see :func:`compiled_seeding`): the same table either
+    way (numba's counting sort keeps no ``keys`` and stores int32 where every position fits).
+
     Raises:
-        InputError: ``step < 1``.
+        InputError: ``step < 1``, or a backend that cannot run here.
     """
     if step < 1:
         raise InputError(f"--step must be >= 1, got {step}")
     weight = pattern.count("1")
-    if codes.device.type == "cpu" and weight <= DIRECT_TABLE_MAX_WEIGHT and _numba_available():
-        from .cpu_kernels import count_index_numba
+    compiled = compiled_seeding(backend, codes.device)
+    if compiled and weight <= DIRECT_TABLE_MAX_WEIGHT:
+        from .index_kernels import count_index_numba
 
         # the same table as below, by a compiled counting sort over the codes (no keys, argsort or bincount)
         built = count_index_numba(codes, pattern, step)
         if built is not None:
             ends, offsets, present = built
             return SeedIndex(None, ends, pattern, offsets, present)
-    return _build_index_torch(seed_keys(codes, pattern), pattern, step)
+    return _build_index_torch(seed_keys(codes, pattern, backend="numba" if compiled else "torch"), pattern, step)
 
 
 def _build_index_torch(keys: torch.Tensor, pattern: str, step: int) -> SeedIndex:
@@ -194,9 +183,11 @@ def seed_lookups(
     end: int,
     transition: bool = True,
     max_hits: int = 1 << 22,
+    backend: str = "auto",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The successful index look-ups of query windows ``start .. end-1``, in batches of at most
     ``max_hits`` hits (a look-up stands for ``count`` hits: the index entries ``lo .. lo+count-1``).
+    ``backend``: ``auto``, ``torch`` or ``numba`` (see :func:`compiled_seeding`): the same look-ups.
 
     Yields:
         ``(lo, count, q_end)`` int64 tensors of one batch, look-ups in increasing query order
@@ -204,11 +195,12 @@ def seed_lookups(
     """
     if max_hits < 1:
         raise InputError(f"max_hits must be >= 1, got {max_hits}")
-    qkeys = seed_keys(query_codes, index.pattern, start, end)
+    compiled = compiled_seeding(backend, query_codes.device)
+    qkeys = seed_keys(query_codes, index.pattern, start, end, "numba" if compiled else "torch")
     n_var = 1 + index.weight if transition else 1
-    if index.offsets is not None and qkeys.device.type == "cpu" and _numba_available():
+    if index.offsets is not None and compiled:
         # one compiled pass over the windows (no (W, V) tensors of keys); same look-ups, same order
-        from .cpu_kernels import lookups_numba
+        from .index_kernels import lookups_numba
 
         lo, counts, qend = lookups_numba(qkeys, n_var, index.present, index.offsets, start, index.length)
         nz = qend  # (only its size is used below)
@@ -227,12 +219,6 @@ def seed_lookups(
     for b0, b1 in zip(bounds[:-1], bounds[1:], strict=True):
         if b1 > b0:
             yield lo[b0:b1], counts[b0:b1], qend[b0:b1]
-
-
-def _numba_available() -> bool:
-    from .cpu_kernels import numba_available
-
-    return numba_available()
 
 
 def _lookups_torch(index: SeedIndex, qkeys: torch.Tensor, start: int, transition: bool):
@@ -274,6 +260,7 @@ def seed_hits(
     end: int,
     transition: bool = True,
     max_hits: int = 1 << 22,
+    backend: str = "auto",
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Seed hits of query windows ``start .. end-1`` in batches of at most ``max_hits``.
 
@@ -282,5 +269,10 @@ def seed_hits(
         in the target and query code arrays, batches in increasing query order.  A single
         query window with more than ``max_hits`` hits forms a batch of its own.
     """
-    for lo, counts, qend in seed_lookups(index, query_codes, start, end, transition, max_hits):
+    for lo, counts, qend in seed_lookups(index, query_codes, start, end, transition, max_hits, backend):
         yield expand_lookups(index, lo, counts, qend)
+
+
+__all__ = ["DIRECT_TABLE_MAX_WEIGHT", "MAX_SEED_WEIGHT", "SEEDS", "SEED_BACKENDS", "SeedIndex", "build_index",
+           "compiled_seeding", "expand_lookups", "parse_seed", "seed_hits", "seed_keys", "seed_lookups",
+           "transition_variants"]

@@ -7,14 +7,17 @@ Gauss-Newton and multiplicative updates, on one process or a 1D / 2D torch.distr
     from torchhpc.ext.symnmf import SolverOptions, cluster, digits_graph
     g = digits_graph()
     out = cluster(g.A, SolverOptions(k=10, algo="anls"))      # out.labels, out.result.residual
+    out = cluster(g.A, SolverOptions(k=10), device="cuda")    # where A and H live (default: auto)
+
+The command ``torchhpc symnmf run/segment`` is :mod:`.commands`; its options are :mod:`.config`.
 """
 
 from torchhpc.ext.core.lazy import lazy_exports
 
 __getattr__, __dir__, __all__ = lazy_exports(__name__, {
-    "ClusterResult": "api", "cluster": "api", "ALGOS": "config", "GraphOptions": "config",
-    "SolverOptions": "config", "SymnmfJob": "config", "Graph": "graphs", "check_similarity": "graphs",
-    "digits_graph": "graphs", "knn_similarity": "graphs", "read_graph": "graphs",
-    "stochastic_block_model": "graphs", "nnls_bpp": "nnls", "SymNMFResult": "solvers", "symnmf": "solvers",
+    "ClusterResult": "clustering", "cluster": "clustering", "clustering_scores": "clustering",
+    "ALGOS": "config", "GraphOptions": "config", "SolverOptions": "config", "SymnmfJob": "config",
+    "Graph": "graphs", "check_similarity": "graphs", "digits_graph": "graphs", "knn_similarity": "graphs",
+    "read_graph": "graphs", "stochastic_block_model": "graphs", "nnls_bpp": "nnls", "SymNMFResult": "solvers",
+    "symnmf": "solvers",
 })
-

@@ -3,21 +3,22 @@
 :class:`SolverOptions` is what the library solvers take (:func:`torchhpc.ext.symnmf.solvers.symnmf`);
 :class:`SymnmfJob` is the job whose YAML files live in ``configs/symnmf/`` and whose flags and
 ``--help`` are generated from these fields.  The common flags have short spellings
-(``--graph``, ``--k``, ``--algo``, ``--seed``, ``--labels``, ``--output``, ``--json``).
+(``--graph``, ``--k``, ``--algo``, ``--seed``, ``--labels``, ``--output``, ``--json``; and the suite's
+``--device``, ``--threads``, ``--nproc``, ``--timeout-s`` of the ``dist`` section).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from torchhpc.ext.core.config import ConfigError, option
-from torchhpc.ext.core.runs import RunOptions
+from torchhpc.ext.core.config import ConfigError, DistOptions, Options, RunOptions, option
 
 ALGOS = ("anls", "gn", "hals", "mu")
 
 
 @dataclass
-class SolverOptions:
+class SolverOptions(Options):
     """The SymNMF solver: min ||A - H H^T||_F^2 over H >= 0."""
 
     k: int = option(10, help="rank of H (number of clusters)", ge=1, flag="--k")
@@ -43,11 +44,10 @@ class SolverOptions:
                               "the residual", ge=0)
     mu_beta: float = option(0.5, help="mu: H <- H * ((1 - beta) + beta * AH / (H H^T H))", gt=0, le=1)
     dtype: str = option("float64", help="float32 | float64", choices=["float32", "float64"])
-    device: str = option("auto", help="auto (cuda when present) | cpu | cuda[:N]")
 
 
 @dataclass
-class GraphOptions:
+class GraphOptions(Options):
     """The similarity matrix A and its ground truth."""
 
     path: str | None = option(None, help="graph file: edge list / SNAP text, .mtx, .gml", flag="--graph")
@@ -71,6 +71,7 @@ class GraphOptions:
     sbm_seed: int = option(0, help="sbm: seed", ge=0)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         given = [name for name, v in (("graph", self.path), ("features", self.features), ("dataset", self.dataset))
                  if v is not None]
         if len(given) > 1:
@@ -78,23 +79,23 @@ class GraphOptions:
 
 
 @dataclass
-class DistOptions:
-    """The process grid (under torchrun)."""
+class SymnmfDist(DistOptions):
+    """Where the job runs (device, threads, processes, timeout) and its process grid (under torchrun)."""
 
     grid: str = option("1d", help="1d: row blocks of A | 2d: pr x pc blocks (the paper's 2D grid)",
                        choices=["1d", "2d"])
     pr: int = option(0, help="2d: grid rows (0: the most square pr x pc = world size)", ge=0)
-    nproc: int = option(1, help="processes: > 1 launches torchrun (the torchhpc command)", ge=1, le=4096)
-    timeout: float = option(300.0, help="collective timeout in seconds", gt=0)
 
 
 @dataclass
-class SymnmfJob:
+class SymnmfJob(Options):
     """A SymNMF clustering job: read A, factorise, write H, labels, metrics and plots."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"dist.timeout": "dist.timeout_s", "solver.device": "dist.device"}
 
     graph: GraphOptions = option(default_factory=GraphOptions, help="input")
     solver: SolverOptions = option(default_factory=SolverOptions, help="solver")
-    dist: DistOptions = option(default_factory=DistOptions, help="process grid")
+    dist: SymnmfDist = option(default_factory=SymnmfDist, help="where the job runs and its process grid")
     output: str | None = option(None, help="write the run into exactly this folder (default: runs/symnmf/<id>)",
                                 flag="--output")
     json: bool = option(False, help="print one JSON object (residual, iterations, time, ARI/NMI) on stdout",
@@ -104,12 +105,13 @@ class SymnmfJob:
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.graph.path is None and self.graph.features is None and self.graph.dataset is None:
             raise ConfigError("no input: give --graph FILE, --features FILE or --dataset digits|sbm")
 
 
 @dataclass
-class SymnmfTour:
+class SymnmfTour(Options):
     """The symnmf step of ``make demo``: SymNMF vs SpectralClustering on the digits graph."""
 
     algos: list[str] = option(default_factory=lambda: ["anls", "gn"], help="solvers to run")
@@ -119,7 +121,7 @@ class SymnmfTour:
 
 
 @dataclass
-class SegmentOptions:
+class SegmentOptions(Options):
     """Image segmentation with SymNMF: pixels are nodes, similarity from colour and position."""
 
     image: str = option("china", help="china | flower (images scikit-learn ships), a scikit-image sample "

@@ -24,9 +24,8 @@ def demo(tour: SymnmfTour, run, device: torch.device, seed: int) -> dict:
 
     from torchhpc.ext.core.runs import _pyplot
 
-    from .api import cluster
+    from .clustering import cluster, clustering_scores
     from .graphs import digits_graph
-    from .job import clustering_scores
 
     g = digits_graph(10)
     dense = g.A.toarray()
@@ -36,8 +35,7 @@ def demo(tour: SymnmfTour, run, device: torch.device, seed: int) -> dict:
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for algo in tour.algos:
         t0 = time.perf_counter()
-        res = cluster(g.A, SolverOptions(k=tour.k, algo=algo, seed=seed, max_iter=tour.max_iter,
-                                         device=str(device)))
+        res = cluster(g.A, SolverOptions(k=tour.k, algo=algo, seed=seed, max_iter=tour.max_iter), device=device)
         secs = time.perf_counter() - t0
         H = res.result.H.double().cpu().numpy()
         formed = float(np.linalg.norm(dense - H @ H.T) / np.linalg.norm(dense))

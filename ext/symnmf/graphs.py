@@ -30,6 +30,8 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
+from .config import GraphOptions
+
 FEATURE_SUFFIXES = (".npy", ".csv")
 
 
@@ -386,6 +388,35 @@ def normalize_similarity(A: sp.csr_matrix, how: str = "sym") -> sp.csr_matrix:
     inv[d > 0] = d[d > 0] ** -0.5
     D = sp.diags(inv)
     return (D @ A @ D).tocsr()
+
+
+def load_graph(opts: GraphOptions, k: int) -> Graph:
+    """The graph and ground truth that ``opts`` (the job's ``graph:`` section) name, checked for ``k``
+    clusters and normalised as asked.
+
+    Raises:
+        InputError: a missing or malformed file, or a matrix :func:`check_similarity` refuses.
+
+    Warns:
+        UserWarning: as :func:`check_similarity` (symmetrised input, isolated nodes).
+    """
+    if opts.dataset == "digits":
+        g = digits_graph(opts.n_neighbors)
+    elif opts.dataset == "sbm":
+        g = stochastic_block_model(opts.sbm_n, opts.sbm_k, avg_degree=opts.sbm_degree, mixing=opts.sbm_mixing,
+                                   seed=opts.sbm_seed)
+    elif opts.features is not None:
+        if not Path(opts.features).is_file():
+            raise InputError(f"{opts.features}: no such feature file")
+        X = read_features(opts.features)
+        g = Graph(knn_similarity(X, opts.n_neighbors), np.arange(len(X)), None, opts.features)
+    else:
+        g = read_graph(opts.path, symmetrize=opts.symmetrize, label_attribute=opts.label_attribute)
+    if opts.labels is not None:
+        g.labels = read_labels(opts.labels, g.node_ids)
+    A, _ = check_similarity(g.A, k, symmetrize=opts.symmetrize, where=g.source or "A")
+    g.A = normalize_similarity(A, opts.normalize)
+    return g
 
 
 def to_torch(A: sp.csr_matrix, *, dense: bool, dtype: torch.dtype = torch.float64,

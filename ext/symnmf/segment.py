@@ -10,7 +10,7 @@ those vectors is factorised and each pixel takes the argmax of its row of ``H``.
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,7 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
-from .api import cluster
+from .clustering import cluster
 from .config import SegmentOptions, SolverOptions
 from .graphs import knn_similarity
 
@@ -66,8 +66,25 @@ def resize(img: np.ndarray, size: int) -> np.ndarray:
     return out[0].permute(1, 2, 0).clamp(0, 1).numpy()
 
 
-def segment_image(opts: SegmentOptions) -> dict:
-    """Segment ``opts.image`` into ``opts.k`` parts; writes segmentation.png and summary.json."""
+@dataclass
+class Segmentation:
+    """An image cut into segments by SymNMF."""
+
+    image: np.ndarray
+    """``(h, w, 3)`` the resized image the graph was built on, colours in [0, 1]."""
+    labels: np.ndarray
+    """``(h, w)`` the segment of each pixel (``-1`` for an isolated pixel)."""
+    summary: dict
+    """``image`` (where it came from), ``pixels``, ``shape``, ``k``, ``algo``, ``residual``,
+    ``iterations``, ``segment_sizes``."""
+
+
+def segment_image(opts: SegmentOptions) -> Segmentation:
+    """Segment ``opts.image`` into ``opts.k`` parts (on the CPU).
+
+    Raises:
+        InputError: an unknown image name or an unreadable file.
+    """
     img, source = load_image(opts.image)
     small = resize(img, opts.size)
     h, w = small.shape[:2]
@@ -75,35 +92,30 @@ def segment_image(opts: SegmentOptions) -> dict:
     feats = np.concatenate([small.reshape(-1, 3),
                             opts.position_weight * np.stack([rows.ravel(), cols.ravel()], 1) / opts.size], axis=1)
     A = knn_similarity(feats, opts.n_neighbors)
-    out = cluster(A, SolverOptions(k=opts.k, algo=opts.algo, seed=opts.seed, max_iter=opts.max_iter, tol=1e-6,
-                                   device="cpu"))
-    seg = out.labels.reshape(h, w)
-    folder = Path(opts.output)
-    folder.mkdir(parents=True, exist_ok=True)
-    picture = folder / "segmentation.png"
-    _draw(small, seg, opts.k, picture, f"SymNMF ({opts.algo}) segmentation, k = {opts.k}")
+    out = cluster(A, SolverOptions(k=opts.k, algo=opts.algo, seed=opts.seed, max_iter=opts.max_iter, tol=1e-6),
+                  device="cpu")
     summary = {"image": source, "pixels": h * w, "shape": [h, w], "k": opts.k, "algo": opts.algo,
                "residual": out.result.residual, "iterations": out.result.iterations,
-               "segment_sizes": np.bincount(out.labels[out.labels >= 0], minlength=opts.k).tolist(),
-               "picture": str(picture)}
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+               "segment_sizes": np.bincount(out.labels[out.labels >= 0], minlength=opts.k).tolist()}
+    return Segmentation(small, out.labels.reshape(h, w), summary)
 
 
-def _draw(img: np.ndarray, seg: np.ndarray, k: int, path: Path, title: str) -> None:
+def draw_segmentation(seg: Segmentation, path: str | Path, title: str) -> None:
+    """Save the picture: the image, its segments, and each segment in its mean colour."""
     from torchhpc.ext.core.runs import _pyplot
 
+    img, labels, k = seg.image, seg.labels, seg.summary["k"]
     plt = _pyplot()
     mean = np.zeros((k, 3))
     for c in range(k):
-        if (seg == c).any():
-            mean[c] = img[seg == c].mean(axis=0)
+        if (labels == c).any():
+            mean[c] = img[labels == c].mean(axis=0)
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), dpi=110)
     axes[0].imshow(img)
     axes[0].set_title("image")
-    axes[1].imshow(seg, cmap="tab10", vmin=0, vmax=max(k - 1, 9), interpolation="nearest")
+    axes[1].imshow(labels, cmap="tab10", vmin=0, vmax=max(k - 1, 9), interpolation="nearest")
     axes[1].set_title("segments")
-    axes[2].imshow(mean[np.clip(seg, 0, k - 1)])
+    axes[2].imshow(mean[np.clip(labels, 0, k - 1)])
     axes[2].set_title("segment mean colour")
     for ax in axes:
         ax.axis("off")

@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from torchhpc.ext.core.dispatch import resolve_backend
+from torchhpc.ext.core.dispatch import numba_available, resolve_backend
 from torchhpc.ext.segalign.config import BACKENDS
-from torchhpc.ext.segalign.cpu_kernels import numba_available
 from torchhpc.ext.segalign.gapped import gapped_kernel
 from torchhpc.ext.segalign.lastz import read_maf
 from torchhpc.ext.segalign.recall import lastz_available
@@ -55,6 +54,29 @@ def test_stats_name_the_backend_asked_for(cli, pair):
               "--strand", "plus")
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stderr.strip().splitlines()[-1])["backend"] == "torch"
+
+
+def test_backend_torch_runs_torch_seeding(pair, tmp_path, monkeypatch):
+    """--backend torch runs the tensor-op twins of seeding and of the filter: with every compiled seeding
+    and filter kernel made to fail, the command still runs and writes the output of the default run."""
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign import filter_kernels, index_kernels
+    from torchhpc.trainers.cli import main
+
+    args = [str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "segments"]
+    assert main(["align", *args, "--output", str(tmp_path / "auto.seg")]) == 0
+
+    def compiled(*_a, **_k):
+        raise AssertionError("a numba kernel ran under --backend torch")
+
+    for module, names in ((index_kernels, ("seed_keys_numba", "count_index_numba", "lookups_numba")),
+                          (filter_kernels, ("seed_scan_numba", "ungapped_scan_hits", "xdrop_extend_numba"))):
+        for name in names:
+            monkeypatch.setattr(module, name, compiled)
+    assert main(["align", *args, "--backend", "torch", "--output", str(tmp_path / "torch.seg")]) == 0
+    assert (tmp_path / "torch.seg").read_text() == (tmp_path / "auto.seg").read_text()
+    with pytest.raises(AssertionError, match="numba kernel ran"):  # the patched kernels do stand in the way
+        main(["align", *args, "--backend", "numba", "--output", str(tmp_path / "numba.seg")])
 
 
 def test_unwritable_output_fails_before_aligning(pair, tmp_path, monkeypatch):
@@ -112,7 +134,8 @@ def test_gapped_by_lastz(cli, pair):
         (None, ["--seed", "01101"], ["--seed", "must start and end with 1"]),
         (None, ["--xdrop", "0"], ["--xdrop", "out of range", "> 0"]),
         (None, ["--max-hits", "0"], ["--max-hits", "out of range", "> 0"]),
-        (None, ["--threads", "0"], ["--threads", "out of range", ">= 1"]),
+        (None, ["--threads", "-1"], ["--threads", "out of range", ">= 0"]),
+        (None, ["--timeout-s", "0"], ["--timeout-s", "out of range", "> 0"]),
         (None, ["--seed", "match99"], ["--seed 'match99'", "matchN needs N between 8 and 31"]),
         (None, ["--seed", "match0"], ["--seed 'match0'", "matchN needs N between 8 and 31"]),
         (None, ["--seed", "111"], ["--seed '111'", "too few"]),

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
-from torchhpc.ext.core.cli import run_main
+from torchhpc.ext.collectives.config import BenchDist, BenchOptions, ModelOptions
+from torchhpc.ext.core.cli import options_from_args, run_main
+from torchhpc.ext.core.config import load_config
+from torchhpc.ext.core.errors import ConfigError
 from torchhpc.trainers import collectives as trainer
 
 
@@ -32,7 +35,8 @@ def test_register_adds_bench_and_model_with_generated_help(capsys):
     with pytest.raises(SystemExit):
         _parser().parse_args(["collectives", "bench", "--help"])
     text = capsys.readouterr().out
-    for flag in ("--graph", "--ranks-per-node", "--sizes", "--algo", "--inter-node-mbps", "--nproc", "--config"):
+    for flag in ("--graph", "--ranks-per-node", "--sizes", "--algo", "--inter-node-mbps", "--nproc", "--config",
+                 "--device", "--threads", "--timeout-s"):
         assert flag in text
 
 
@@ -89,14 +93,49 @@ def test_bench_under_torchrun_prints_table_with_identical_bytes(tmp_path):
     assert [r["inter_node_bytes_per_rank"] for r in doc["rows"] if r["algo"] == "direct"][1] == [102400, 102400]
 
 
-def test_shipped_configs_load():
-    """Every YAML in configs/collectives loads into its options dataclass without error."""
+def test_shipped_configs_load(capsys):
+    """Every YAML in configs/collectives loads into its options dataclass without error or a renamed-key
+    warning."""
     from pathlib import Path
 
-    from torchhpc.ext.collectives.config import BenchOptions, ModelOptions
-    from torchhpc.ext.core.config import load_config
-
     root = Path(__file__).resolve().parents[2] / "configs" / "collectives"
-    assert load_config(BenchOptions, root / "debug.yaml").nproc == 4
+    assert load_config(BenchOptions, root / "debug.yaml").dist.nproc == 4
     assert load_config(BenchOptions, root / "two-nodes.yaml").ranks_per_node == 4
     assert load_config(ModelOptions, root / "frontera-scale.yaml").nodes * 56 == 28672
+    assert capsys.readouterr().err == ""
+
+
+def test_old_top_level_keys_load_into_dist_with_one_warning_each(tmp_path, capsys):
+    """`timeout`, `device` and `nproc` of older bench files (and --set) land in `dist`, one warning line each."""
+    f = tmp_path / "old.yaml"
+    f.write_text("graph: random:0.5\ntimeout: 30\ndevice: cpu\nnproc: 2\n")
+    dist = load_config(BenchOptions, f).dist
+    assert (dist.timeout_s, dist.device, dist.nproc) == (30.0, "cpu", 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith(f"torchhpc: warning: {f}: key '") for line in err)
+    assert sum("key 'timeout' is now 'dist.timeout_s'" in line for line in err) == 1
+    assert load_config(BenchOptions, None, ["timeout=12"]).dist.timeout_s == 12.0
+    assert "key 'timeout' is now 'dist.timeout_s'" in capsys.readouterr().err
+
+
+def test_dist_flags_keep_their_spellings():
+    """--device, --nproc and --timeout-s fill `dist`; the old --timeout still parses (argparse takes it as the
+    unambiguous prefix of --timeout-s)."""
+    for timeout in ("--timeout", "--timeout-s"):
+        args = _parser().parse_args(["collectives", "bench", "--device", "cpu", "--nproc", "3", "--threads", "1",
+                                     timeout, "45"])
+        dist = options_from_args(BenchOptions, args).dist
+        assert (dist.device, dist.nproc, dist.threads, dist.timeout_s) == ("cpu", 3, 1, 45.0)
+    assert options_from_args(BenchOptions, _parser().parse_args(["collectives", "bench"])).dist.timeout_s == 120.0
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: BenchOptions(repeats=0), "BenchOptions: key 'repeats' = 0 is out of range"),
+    (lambda: BenchDist(nproc=300), "BenchDist: key 'nproc' = 300 is out of range"),
+    (lambda: BenchDist(device="tpu"), "BenchDist: key 'device' must be one of"),
+    (lambda: ModelOptions(nodes=0), "ModelOptions: key 'nodes' = 0 is out of range"),
+])
+def test_options_built_in_python_are_range_checked(build, message):
+    """Options made in Python are range-checked as a loaded file is: one ConfigError naming the key."""
+    with pytest.raises(ConfigError, match=message):
+        build()

@@ -33,6 +33,21 @@ def test_train_then_serve(cli, tmp_path):
     assert 0.0 <= out[-1]["summary"]["served_auc"] <= 1.0
 
 
+@pytest.mark.distributed
+def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
+    """`kraken train --nproc 2` relaunches the job on 2 torchrun ranks: one checkpoint folder per rank, a
+    summary of world 2, and a resume with another number of processes is refused in one line."""
+    args = ["kraken", "train", "--config", DEBUG, "--run.root", str(tmp_path), "--run.run-id", "s",
+            "--set", "run.progress=false", "--train.steps", "10", "--set", "tables.max_rows=100000"]
+    res = cli(*args, "--nproc", "2", timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "kraken" / "s"
+    assert json.loads((run / "summary.json").read_text())["world"] == 2
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["rank0", "rank1"]
+    res = cli(*args, "--run.resume", "--train.steps", "20", timeout=120)
+    assert res.returncode == 1 and "written by 2 rank(s)" in res.stderr and "--nproc 2" in res.stderr
+
+
 @pytest.mark.parametrize("args,words", [
     (["train", "--config", "nope.yaml"], "nope.yaml"),
     (["train", "--config", DEBUG, "--set", "tables.eviction=fifo"], "tables.eviction"),

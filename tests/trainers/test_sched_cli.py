@@ -233,6 +233,24 @@ def test_torchrun_two_rollout_workers(tmp_path, extra):
     assert all(float((first[0]["agent"][k] - v).abs().max()) <= bound for k, v in one["agent"].items())
 
 
+@pytest.mark.distributed
+def test_nproc_relaunches_the_job_under_torchrun(cli, tmp_path):
+    """`sched train --nproc 2` runs the job on 2 torchrun ranks itself: one run folder, a checkpoint shard per
+    rank with the same weights, and the run's config records the 2 ranks (so a resume from it uses them)."""
+    res = cli("sched", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=np",
+              "--set", "run.progress=false", "--set", "ppo.epochs=1", "--nproc", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "np"
+    import torch
+    import yaml
+
+    w = [torch.load(run / "checkpoints" / f"ckpt-00000001.rank{r}.pt", weights_only=False)["state"] for r in (0, 1)]
+    assert w[0]["world_size"] == w[1]["world_size"] == 2
+    assert all(torch.equal(w[0]["agent"][k], w[1]["agent"][k]) for k in w[0]["agent"])
+    assert yaml.safe_load((run / "config.yaml").read_text())["dist"]["nproc"] == 2
+    assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
+
+
 def test_generated_flags_policy_lists_and_required_checkpoint(cli, tmp_path):
     """`--policy` collects repeated and comma-separated names alike; a generated flag (`--ppo.epochs`) overrides
     the config file; `sched eval` without --checkpoint is a usage error (exit 2)."""
@@ -260,17 +278,12 @@ def one_process_epoch(config: Path, world: int) -> dict:
     import numpy as np
     import torch
 
-    from torchhpc.envs.sched import VecBatchScheduling
     from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.sched.checkpoints import new_agent
+    from torchhpc.ext.sched.commands import build_trace
     from torchhpc.ext.sched.config import SchedConfig
-    from torchhpc.ext.sched.ppo import (
-        build_trace,
-        collect_rollout,
-        make_batch,
-        new_agent,
-        policy_update,
-        value_update,
-    )
+    from torchhpc.ext.sched.episodes import VecBatchScheduling
+    from torchhpc.ext.sched.ppo import collect_rollout, make_batch, policy_update, value_update
 
     cfg = load_config(SchedConfig, config)
     P = cfg.ppo

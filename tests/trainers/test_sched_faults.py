@@ -154,7 +154,7 @@ def test_counts_that_must_be_positive(capsys, argv, words):
 def test_library_procs_zero_is_not_a_header_problem(tmp_path):
     """load_sched_trace(procs=0) says the machine size must be >= 1 (for a file and for the generator)."""
     from torchhpc.ext.core.errors import InputError
-    from torchhpc.ext.sched.swf import load_sched_trace
+    from torchhpc.ext.sched.traces import load_sched_trace
 
     for trace in (str(swf(tmp_path)), None):
         with pytest.raises(InputError, match=r"procs\) must be >= 1") as exc:
@@ -297,7 +297,7 @@ def test_resume_skips_a_truncated_newest_checkpoint(trained, tmp_path, capsys):
                        "--set", "ppo.epochs=2", "--set", "run.resume=true")
     assert rc == 0, err
     warn = err.strip().splitlines()
-    assert len(warn) == 1 and "warning" in warn[0] and "ckpt-00000002.pt" in warn[0] and "epoch 1" in warn[0]
+    assert len(warn) == 1 and "warning" in warn[0] and "ckpt-00000002.pt" in warn[0] and "(step 1)" in warn[0]
     assert _rows(run_dir) == _rows(trained)
     assert _weights(run_dir, 2) == _weights(trained, 2)
 
@@ -351,7 +351,7 @@ def test_torchrun_resume_skips_a_checkpoint_damaged_on_one_rank(tmp_path):
     res = train("--set", "run.resume=true")
     assert res.returncode == 0, res.stderr[-3000:]
     warns = [x for x in res.stderr.splitlines() if "warning" in x]
-    assert len(warns) == 1 and "ckpt-00000002.rank1.pt" in warns[0] and "epoch 1" in warns[0], res.stderr
+    assert len(warns) == 1 and "ckpt-00000002.rank1.pt" in warns[0] and "(step 1)" in warns[0], res.stderr
     assert _rows(run_dir) == rows
     after = [torch.load(ck / f"ckpt-00000002.rank{r}.pt", weights_only=False)["state"]["agent"] for r in (0, 1)]
     for r in (0, 1):

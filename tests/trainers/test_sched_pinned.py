@@ -179,13 +179,16 @@ EVAL_JSON = {'rl': {'bsld': 1160.1717887965285,
 
 class KLDecisions:
     """Records every approximate KL that the policy update compares with its limit (``kl > 1.5 target_kl``
-    stops it; with backtracking, ``kl <= limit`` ends the halving), and the limit it was compared with."""
+    stops it; with backtracking, ``kl <= limit`` ends the halving), and the limit it was compared with.
+
+    Every such estimate is a call of ``ppo.approx_kl`` inside ``ppo.policy_update`` (the training job calls both
+    through the module, so the patched ones are the ones that run)."""
 
     def __init__(self, monkeypatch) -> None:
         from torchhpc.ext.sched import ppo
 
         self.seen: list[tuple[float, float]] = []
-        update, mean = ppo.policy_update, ppo.global_mean
+        update, estimate = ppo.policy_update, ppo.approx_kl
         limit: list[float] = []
 
         def policy_update(*args, target_kl, **kwargs):
@@ -195,14 +198,14 @@ class KLDecisions:
             finally:
                 limit.pop()
 
-        def global_mean(x, n=1, ctx=None):
-            value = mean(x, n, ctx)
-            if limit:  # inside policy_update, whose only means are the KL estimates
+        def approx_kl(*args, **kwargs):
+            value = estimate(*args, **kwargs)
+            if limit:  # inside policy_update, where every estimate is compared with the limit
                 self.seen.append((value, limit[-1]))
             return value
 
         monkeypatch.setattr(ppo, "policy_update", policy_update)
-        monkeypatch.setattr(ppo, "global_mean", global_mean)
+        monkeypatch.setattr(ppo, "approx_kl", approx_kl)
 
     @property
     def smallest(self) -> float:

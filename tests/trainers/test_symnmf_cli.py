@@ -120,3 +120,45 @@ def test_torchrun_job_on_2d_grid_matches_one_process(tmp_path, shared_data):
     s = json.loads(res.stdout.strip().splitlines()[-1])
     assert s["processes"] == 2 and s["grid"] == [1, 2]
     assert abs(s["residual"] - PINNED["residual"]) < 1e-9 and abs(s["ari"] - PINNED["ari"]) < 1e-9
+
+
+@pytest.mark.distributed
+@pytest.mark.slow
+def test_nproc_relaunches_under_torchrun_with_the_old_keys_warned_once(tmp_path, shared_data):
+    """`torchhpc symnmf run --nproc 2` launches the job on 2 torchrun ranks (the pinned results on a 1 x 2
+    grid); an old key (`--set dist.timeout=60`) warns once, in the launching process only."""
+    import subprocess
+    import sys
+
+    from harness.multiproc import kill_session
+
+    football = str(shared_data / "graphs" / "football.gml")
+    cmd = [sys.executable, "-m", "torchhpc.trainers.cli", "symnmf", "run", "--config", DEBUG, "--graph", football,
+           "--nproc", "2", "--dist.grid", "2d", "--set", "dist.timeout=60", "--output", str(tmp_path / "d"),
+           "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    except BaseException:
+        kill_session(proc)
+        raise
+    assert proc.returncode == 0, err[-3000:]
+    s = json.loads(out.strip().splitlines()[-1])
+    assert s["processes"] == 2 and s["grid"] == [1, 2]
+    assert abs(s["residual"] - PINNED["residual"]) < 1e-9 and abs(s["ari"] - PINNED["ari"]) < 1e-9
+    assert err.count("key 'dist.timeout' is now 'dist.timeout_s'") == 1, err
+
+
+def test_threads_sets_torchs_intra_op_threads(tmp_path, capsys):
+    """`--threads 2` (dist.threads) is torch's thread count for the run; 0 leaves torch's default alone."""
+    import torch
+
+    (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n3 4\n4 5\n5 3\n2 3\n")
+    before = torch.get_num_threads()
+    code, _, err = _run(["--graph", str(tmp_path / "g.txt"), "--k", "2", "--threads", "0", "--output",
+                         str(tmp_path / "a")], capsys)
+    assert code == 0 and torch.get_num_threads() == before, err
+    code, _, err = _run(["--graph", str(tmp_path / "g.txt"), "--k", "2", "--threads", "2", "--output",
+                         str(tmp_path / "b")], capsys)
+    assert code == 0 and torch.get_num_threads() == 2, err

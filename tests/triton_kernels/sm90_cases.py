@@ -55,48 +55,50 @@ def segalign_cases():
 def kraken_cases():
     from torchhpc.triton_kernels import kraken as K
 
+    N, B = 50, 7
+    lengths = torch.tensor([0, 3, 1, 5, 2, 0, 4])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    nnz = int(offsets[-1])
+    idx = torch.randint(0, N, (nnz,), generator=_g(5))
+    seg = torch.repeat_interleave(torch.arange(B), lengths)
+    # every size class (1: a constexpr, 16: divisible, 37: neither) and dtype with the plain branches, and
+    # every constexpr branch (mean, per-sample weights, atomic rows) on one of them
+    plain = [(D, dtype, False, False) for D, dtype in ((1, torch.float32), (16, torch.float32),
+                                                      (37, torch.float32), (37, torch.float64))]
+    branches = [(37, torch.float32, mean, psw) for mean in (False, True) for psw in (False, True)]
+    for D, dtype, mean, weighted in plain + branches:
+        w = torch.randn(N, D, generator=_g(4), dtype=dtype)
+        p = torch.rand(nnz, generator=_g(6), dtype=dtype) if weighted else None
+        go = torch.randn(B, D, generator=_g(7), dtype=dtype)
+        tag = f"D={D} {dtype} mean={mean} psw={weighted}"
+        yield f"kraken bag_forward {tag}", lambda w=w, m=mean, p=p: K.bag_forward(w, idx, offsets, m, p)
+        for num_rows in (None, N):
+            yield f"kraken bag_backward_rows rows={num_rows} {tag}", \
+                lambda go=go, m=mean, p=p, r=num_rows: K.bag_backward_rows(go, idx, seg, offsets, m, p, r)
+        yield f"kraken bag_backward_psw {tag}", \
+            lambda go=go, w=w, m=mean, dt=dtype: K.bag_backward_psw(go, w, idx, seg, offsets, m, dt)
+    rows = torch.tensor([1, 4, 9])
+    for D, dtype in ((1, torch.float32), (37, torch.float32), (37, torch.float64)):
+        w = torch.randn(N, D, generator=_g(4), dtype=dtype)
+        grads = torch.randn(3, D, generator=_g(8), dtype=dtype)
+        for kind in (K.OPT_SGD, K.OPT_ROWWISE_ADAGRAD, K.OPT_ROWWISE_ADAM, K.OPT_ADAM):
+            m = torch.zeros(N, D, dtype=dtype)
+            v = torch.zeros(N, D, dtype=dtype) if kind == K.OPT_ADAM else torch.zeros(N, dtype=dtype)
+            yield f"kraken sparse_row_update kind={kind} D={D} {dtype}", \
+                lambda kind=kind, w=w, grads=grads, m=m, v=v: \
+                K.sparse_row_update(kind, w.clone(), rows, grads, m, v, 0.1, step=3)
+    # the table-batched kernels: fp32 stores, rows of -1 read zeros
+    R = 40
+    store_rows = torch.tensor([3, -1, 7, 3, 12, -1, 39, 0])
+    bags = torch.tensor([0, 2, 2, 5, 8])
     for D in (1, 16, 37):
-        for dtype in (torch.float32, torch.float64):
-            N, B = 50, 7
-            w = torch.randn(N, D, generator=_g(4), dtype=dtype)
-            lengths = torch.tensor([0, 3, 1, 5, 2, 0, 4])
-            offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
-            nnz = int(offsets[-1])
-            idx = torch.randint(0, N, (nnz,), generator=_g(5))
-            seg = torch.repeat_interleave(torch.arange(B), lengths)
-            psw = torch.rand(nnz, generator=_g(6), dtype=dtype)
-            go = torch.randn(B, D, generator=_g(7), dtype=dtype)
-            for mean in (False, True):
-                for p in (None, psw):
-                    tag = f"D={D} {dtype} mean={mean} psw={p is not None}"
-                    yield f"kraken bag_forward {tag}", lambda w=w, idx=idx, o=offsets, m=mean, p=p: \
-                        K.bag_forward(w, idx, o, m, p)
-                    for num_rows in (None, N):
-                        yield f"kraken bag_backward_rows rows={num_rows} {tag}", \
-                            lambda go=go, idx=idx, seg=seg, o=offsets, m=mean, p=p, r=num_rows: \
-                            K.bag_backward_rows(go, idx, seg, o, m, p, r)
-                yield f"kraken bag_backward_psw {tag}", lambda go=go, w=w, idx=idx, seg=seg, o=offsets, m=mean, dt=dtype: \
-                    K.bag_backward_psw(go, w, idx, seg, o, m, dt)
-            rows = torch.tensor([1, 4, 9])
-            grads = torch.randn(3, D, generator=_g(8), dtype=dtype)
-            for kind in (K.OPT_SGD, K.OPT_ROWWISE_ADAGRAD, K.OPT_ROWWISE_ADAM, K.OPT_ADAM):
-                m = torch.zeros(N, D, dtype=dtype)
-                v = torch.zeros(N, D, dtype=dtype) if kind == K.OPT_ADAM else torch.zeros(N, dtype=dtype)
-                yield f"kraken sparse_row_update kind={kind} D={D} {dtype}", \
-                    lambda kind=kind, w=w, rows=rows, grads=grads, m=m, v=v: \
-                    K.sparse_row_update(kind, w.clone(), rows, grads, m, v, 0.1, step=3)
-        # the table-batched kernels: fp32 stores, rows of -1 read zeros
-        R = 40
-        w32 = torch.randn(R, D, generator=_g(9))
-        v32 = torch.zeros(R)
-        rows = torch.tensor([3, -1, 7, 3, 12, -1, 39, 0])
-        offsets = torch.tensor([0, 2, 2, 5, 8])
+        w32, v32 = torch.randn(R, D, generator=_g(9)), torch.zeros(R)
         go = torch.randn(4, D, generator=_g(10))
         for mean in (False, True):
-            yield f"kraken tbe_pool D={D} mean={mean}", lambda w=w32, r=rows, o=offsets, m=mean: K.tbe_pool(w, r, o, m)
+            yield f"kraken tbe_pool D={D} mean={mean}", lambda w=w32, m=mean: K.tbe_pool(w, store_rows, bags, m)
             yield f"kraken tbe_backward D={D} mean={mean}", \
-                lambda go=go, w=w32, v=v32, r=rows, o=offsets, m=mean: \
-                K.tbe_backward_rowwise_adagrad(go, w.clone(), v.clone(), r, o, 0.1, 1e-8, m)
+                lambda go=go, w=w32, v=v32, m=mean: \
+                K.tbe_backward_rowwise_adagrad(go, w.clone(), v.clone(), store_rows, bags, 0.1, 1e-8, m)
 
 
 def ccsdt_cases():

@@ -53,6 +53,18 @@ def test_json_matches_pyscf_and_saved_inputs_rerun_without_pyscf(cli, tmp_path, 
     assert (back["e_hf"], back["e_ccsd"]) == (out["e_hf"], out["e_ccsd"])
 
 
+def test_shipped_debug_config_runs_and_matches_pyscf(capsys):
+    """configs/ccsdt/debug.yaml (its dist section included) loads without a warning and its E(T) equals PySCF's."""
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[3] / "configs" / "ccsdt" / "debug.yaml"
+    assert main(["--config", str(config), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err
+    out = json.loads(captured.out)
+    assert out["abs_diff"] < 1e-10
+
+
 def test_report_from_an_xyz_file(tmp_path, capsys):
     """The human report names the molecule and prints E(HF), E(CCSD), E(T) and E(CCSD(T))."""
     xyz = tmp_path / "water.xyz"
@@ -99,7 +111,8 @@ BAD_XYZ = {
         (["--atom", WATER], ["--basis is required"]),
         (["--inputs", "absent.npz"], ["absent.npz: inputs file not found"]),
         (["--inputs", "absent.npz", "--compare-pyscf"], ["--compare-pyscf needs a molecule"]),
-        (["--atom", WATER, "--basis", "sto-3g", "--threads", "0"], ["--threads", "must be >= 1"]),
+        (["--atom", WATER, "--basis", "sto-3g", "--threads", "-1"], ["--threads", "must be >= 0"]),
+        (["--inputs", "x.npz", "--timeout-s", "0"], ["--timeout-s", "must be > 0"]),
         (["--atom", WATER, "--basis", "sto-3g", "--max-memory", "0"], ["--max-memory", "must be > 0"]),
         (["--atom", "H 0 0 0; H 0 0 0", "--basis", "sto-3g"], ["atoms 1 (H) and 2 (H)", "0 Angstrom apart"]),
         (["--atom", WATER, "--inputs", "x.npz"], ["exactly one of --atom, --xyz or --inputs"]),
@@ -118,6 +131,16 @@ def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, capsys, monkeypatch
     assert len(err) == 1, err
     for w in words:
         assert w in err[0], (w, err[0])
+
+
+def test_old_timeout_flag_still_parses():
+    """--timeout, the flag before the dist section, still sets dist.timeout_s (argparse takes it as the
+    unambiguous prefix of --timeout-s)."""
+    from torchhpc.ext.ccsdt.config import CCSDTOptions
+    from torchhpc.ext.core.cli import job_parser, options_from_args
+
+    args = job_parser("torchhpc ccsdt", CCSDTOptions).parse_args(["--inputs", "x.npz", "--timeout", "5"])
+    assert options_from_args(CCSDTOptions, args).dist.timeout_s == 5.0
 
 
 def test_usage_errors_exit_2(capsys):

@@ -204,7 +204,7 @@ def test_fit_recovers_both_latencies_from_several_graphs():
 def test_stats_column_names_direct_one_phase_and_the_hierarchical_three():
     """The bench table's --stats column gives direct's single phase as such (not under "gather") and the
     three phases of a hierarchical algorithm in order."""
-    from torchhpc.ext.collectives.bench import format_table
+    from torchhpc.ext.collectives.timing import format_table
 
     row = dict(size=4096, median_s=0.01, inter_node_bytes_max=8192, inter_node_bytes_mean=5120.0, messages_max=3,
                identical=True)

@@ -127,6 +127,7 @@ class _Dist(Options):
 @dataclass
 class _Renamed(Options):
     RENAMED = {"timeout": "dist.timeout_s", "solver.threads": "dist.threads"}
+    LEGACY_VALUES = {"dist.threads": {None: 0}}
     dist: DistOptions = option(default_factory=DistOptions, help="where it runs")
     lr: float = option(0.1, help="step", gt=0)
 
@@ -157,3 +158,14 @@ def test_renamed_keys_still_load_with_one_warning(tmp_path, capsys):
     f.write_text("timeout: 30\ndist:\n  timeout_s: 40\n")
     with pytest.raises(ConfigError, match="both 'timeout' and its new name 'dist.timeout_s'"):
         load_config(_Renamed, f)
+
+
+def test_an_old_key_with_a_value_of_its_old_meaning_loads_in_the_new_meaning(tmp_path, capsys):
+    """'solver.threads: null' (torch's default under the old name) becomes 'dist.threads: 0', with a line
+    saying so; a plain value passes unchanged."""
+    f = tmp_path / "c.yaml"
+    f.write_text("solver:\n  threads: null\n")
+    assert load_config(_Renamed, f).dist.threads == 0
+    assert "'dist.threads: null' now reads 'dist.threads: 0'" in capsys.readouterr().err
+    assert load_config(_Renamed, None, ["solver.threads=null"]).dist.threads == 0
+    assert load_config(_Renamed, None, ["solver.threads=3"]).dist.threads == 3

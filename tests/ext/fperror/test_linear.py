@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from torchhpc.ext.core.data import shared_data_dir
-from torchhpc.ext.fperror import analyze, load, parse_satire
-from torchhpc.ext.fperror import ops as fops
+from torchhpc.ext.fperror import analysis, analyze, load, parse_satire
+from torchhpc.ext.fperror import interval as iv
+from torchhpc.ext.fperror.adjoint import cone_errors, error_terms, partial_derivatives, upward_sum
+from torchhpc.ext.fperror.forward import forward, make_groups
 from torchhpc.ext.fperror.linear import affine_ranges, dependence, is_linear
 from torchhpc.ext.fperror.reference import sampled_errors
 
@@ -14,9 +16,9 @@ DATA = shared_data_dir() / "fperror"
 
 
 def _ranges(dag):
-    g = fops.make_groups(dag)
+    g = make_groups(dag)
     box = dag.box[dag.input_nodes]
-    fw = fops.forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
+    fw = forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
     dep = dependence(dag, g)
     assert is_linear(dag, g, dep)
     return fw, affine_ranges(dag, g, fw, dep)
@@ -36,8 +38,8 @@ def test_stencil_recurrence_stays_bounded(shared_data):
     """fdtd1d_100_32: interval ranges explode (~1e15), the affine ranges stay O(10), and the bound is finite."""
     dag = load(DATA / "satire_small" / "fdtd1d_100_32.txt")
     fw, (lo, hi) = _ranges(dag)
-    assert float(fops.iv.mag(fw.vl, fw.vh).max()) > 1e12
-    assert float(fops.iv.mag(lo, hi).max()) < 100
+    assert float(iv.mag(fw.vl, fw.vh).max()) > 1e12
+    assert float(iv.mag(lo, hi).max()) < 100
     res = analyze(dag, bb_max_nodes=0, linear="on")
     assert res.linear and res.outputs[0].first_order < 1e-11
 
@@ -112,7 +114,7 @@ def test_linear_cut_makes_a_leapfrog_bound_tight_and_stays_sound(monkeypatch):
     o = res.outputs[0]
     assert res.linear_cut is not None and o.rigorous
     assert sampled_errors(dag, 40, seed=4)[0] <= o.abs_bound <= 10 * o.first_order
-    monkeypatch.setattr(fops, "linear_cut", lambda *a, **k: None)
+    monkeypatch.setattr(analysis, "linear_cut", lambda *a, **k: None)
     plain = analyze(dag, linear="on", bb_max_nodes=0).outputs[0].abs_bound
     assert o.abs_bound * 100 < plain
 
@@ -121,27 +123,27 @@ def test_cone_errors_match_the_full_adjoint_pass():
     """cone_errors (rows of the backward cone only) equals error_terms' column sums (all N rows), with and without a cut."""
     import torch
     dag = parse_satire(_leapfrog(30))
-    g = fops.make_groups(dag)
+    g = make_groups(dag)
     box = dag.box[dag.input_nodes]
-    fw = fops.forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
+    fw = forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
     cols = torch.tensor([int(dag.output_nodes[0]) - 7, int(dag.output_nodes[0])])
-    full = fops.upward_sum(fops.error_terms(dag, g, fw, cols, None, False)[0])
-    assert torch.allclose(fops.cone_errors(dag, g, fw, cols, None, None), full, rtol=1e-12, atol=0)
+    full = upward_sum(error_terms(dag, g, fw, cols, None, False)[0])
+    assert torch.allclose(cone_errors(dag, g, fw, cols, None, None), full, rtol=1e-12, atol=0)
     err = torch.full((dag.num_nodes, 1), 1e-13, dtype=torch.float64)
-    full = fops.upward_sum(fops.error_terms(dag, g, fw, cols, None, False, 20, err)[0])
-    assert torch.allclose(fops.cone_errors(dag, g, fw, cols, 20, err), full, rtol=1e-12, atol=0)
+    full = upward_sum(error_terms(dag, g, fw, cols, None, False, 20, err)[0])
+    assert torch.allclose(cone_errors(dag, g, fw, cols, 20, err), full, rtol=1e-12, atol=0)
 
 
 def test_cut_errors_are_never_below_the_first_order_error_of_their_node():
     """Each cut node's error (signed sums, composed across cuts) >= that node's own first-order bound (independent pass)."""
     from torchhpc.ext.fperror.linear import linear_enclosures
     dag = parse_satire(_leapfrog(60))
-    g = fops.make_groups(dag)
+    g = make_groups(dag)
     box = dag.box[dag.input_nodes]
-    fw = fops.forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
+    fw = forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
     dep = dependence(dag, g)
-    fw = linear_enclosures(dag, g, fw, dep, fops._deriv)
-    last, _, err = fops.linear_cut(dag, g, fw, dep)
+    fw = linear_enclosures(dag, g, fw, dep, partial_derivatives)
+    last, _, err = analysis.linear_cut(dag, g, fw, dep)
     nodes = ((dag.level <= last) & (dag.op > 1)).nonzero().flatten()
-    first = fops.error_terms(dag, g, fw, nodes, None, True)[1].sum(0)
+    first = error_terms(dag, g, fw, nodes, None, True)[1].sum(0)
     assert bool((err[nodes, 0] >= first * (1 - 1e-9)).all())

@@ -95,7 +95,7 @@ def test_abstraction_is_sound_and_close(shared_data, name, window):
     path = shared_data_dir() / "fperror" / "satire_fpbench_style"
     dag = load(path / f"{name}.txt")
     full = analyze(dag, abstraction="off", bb_max_nodes=0)
-    cut = analyze(dag, abstraction=window, bb_max_nodes=0)
+    cut = analyze(dag, abstraction=f"{window[0]}:{window[1]}", bb_max_nodes=0)
     assert cut.cut_level is not None
     err = sampled_errors(dag, 40, seed=3)[0]
     assert err <= cut.outputs[0].abs_bound
@@ -160,7 +160,7 @@ def test_below_pow2_matches_a_brute_force():
     """below_pow2(x): the largest power of two strictly below x, for normal, subnormal, 0 and inf."""
     import torch
 
-    from torchhpc.ext.fperror.ops import below_pow2
+    from torchhpc.ext.fperror.forward import below_pow2
     xs = [1.0, 1.5, 2.0, 3.0, 0.3, 1e-310, 5e-324, 7.0, 8.0, 1e300]
     got = below_pow2(torch.tensor(xs + [0.0, math.inf], dtype=torch.float64)).tolist()
     for x, g in zip(xs, got, strict=False):
@@ -168,3 +168,16 @@ def test_below_pow2_matches_a_brute_force():
         p = 2.0 ** e
         assert g == (p / 2 if p == x else p), (x, g)
     assert got[-2:] == [0.0, math.inf]
+
+
+def test_cuda_passes_give_the_cpu_bound():
+    """device="cuda": the interval passes run on the GPU and give the CPU's bound (skipped without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    dag = parse_satire("INPUTS { x fl64 : (1, 2); y fl64 : (1, 3); } OUTPUTS { s; } EXPRS { s rnd64 = (x*y + x)/y; }")
+    for kw in ({"bb_iters": 0}, {"bb_iters": 5, "time_budget_s": 1e6}, {"bb_max_nodes": 0, "linear": "on"}):
+        cpu = analyze(dag, **kw).outputs[0]
+        gpu = analyze(dag, device="cuda", **kw).outputs[0]
+        assert gpu.abs_bound == pytest.approx(cpu.abs_bound, rel=1e-12), kw

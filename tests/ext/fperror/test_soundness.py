@@ -14,14 +14,14 @@ DATA = shared_data_dir() / "fperror"
 SATIRE = sorted((DATA / "satire_fpbench_style").glob("*.txt"))
 FPTAYLOR = sorted((DATA / "fptaylor_format").glob("*.txt"))
 # work is bounded by the iteration counts, never by the clock: results do not depend on the machine's load
-FAST = BoundOptions(bb_iters=6, bb_batch=128, time_budget=1e6)
+FAST = BoundOptions(bb_iters=6, bb_batch=128, time_budget_s=1e6)
 
 
 def _check(path: Path, inputs: str) -> None:
-    opts = BoundOptions(inputs=inputs, bb_iters=FAST.bb_iters, bb_batch=FAST.bb_batch, time_budget=FAST.time_budget)
+    opts = BoundOptions(inputs=inputs, bb_iters=FAST.bb_iters, bb_batch=FAST.bb_batch, time_budget_s=FAST.time_budget_s)
     res = analyze_file(path, options=opts)
     if any(o.abs_bound == float("inf") for o in res.outputs):  # a pole near the box: refine further
-        res = analyze_file(path, options=BoundOptions(inputs=inputs, bb_iters=40, time_budget=1e6))
+        res = analyze_file(path, options=BoundOptions(inputs=inputs, bb_iters=40, time_budget_s=1e6))
     dag = load(path, inputs=inputs)
     errs = sampled_errors(dag, 30, seed=1, extra=[o.worst_point for o in res.outputs],
                           rounded_inputs=inputs == "rounded")
@@ -71,7 +71,7 @@ POWER2 = ["exp1x_32", "hypot32", "test01_sum3", "test06_sums4_sum1", "x_by_xy", 
 def test_power2_rounding_model_is_sound(shared_data, stem):
     """rounding="power2" (binary32 and binary64 files, transcendental ops): observed error <= bound <= the u|x| bound."""
     path = DATA / "fptaylor_format" / f"{stem}.txt"
-    opts = dict(inputs="rounded", bb_iters=FAST.bb_iters, bb_batch=FAST.bb_batch, time_budget=FAST.time_budget)
+    opts = dict(inputs="rounded", bb_iters=FAST.bb_iters, bb_batch=FAST.bb_batch, time_budget_s=FAST.time_budget_s)
     res = analyze_file(path, options=BoundOptions(rounding="power2", **opts))
     std = analyze_file(path, options=BoundOptions(**opts))
     dag = load(path, inputs="rounded")

@@ -49,7 +49,7 @@ def _mp_eval(fn, kw):
 ])
 def test_float32_bound_covers_torch(fn, ranges, shapes):
     """In float32 the observed error of the torch function (against float64) stays below the bound."""
-    res = bound(fn, ranges, shapes, torch.float32, BoundOptions(bb_iters=5, time_budget=1e6))
+    res = bound(fn, ranges, shapes, torch.float32, BoundOptions(bb_iters=5, time_budget_s=1e6))
     b = max(o.abs_bound for o in res.outputs)
     obs = _observed(fn, ranges, shapes, torch.float32)
     assert 0 < obs <= b
@@ -71,10 +71,10 @@ def test_unsupported_op_names_the_line():
 
 def test_softmax_shift_is_known_nonpositive():
     """x - max(x) is <= 0 (max is exact): with that rule softmax's bound is ~1e-5 in float32, not ~1e-1."""
-    from torchhpc.ext.fperror.ops import nonpositive_subs
-    from torchhpc.ext.fperror.trace import trace
+    from torchhpc.ext.fperror.forward import nonpositive_subs
+    from torchhpc.ext.fperror.tracing import trace
 
     dag = trace(softmax, {"x": (-2.0, 2.0)}, {"x": (5,)}, torch.float32)
     assert nonpositive_subs(dag) is not None and int(nonpositive_subs(dag).sum()) == 5
-    res = bound(softmax, {"x": (-2.0, 2.0)}, {"x": (5,)}, torch.float32, BoundOptions(bb_iters=5, time_budget=1e6))
+    res = bound(softmax, {"x": (-2.0, 2.0)}, {"x": (5,)}, torch.float32, BoundOptions(bb_iters=5, time_budget_s=1e6))
     assert max(o.abs_bound for o in res.outputs) < 1e-4

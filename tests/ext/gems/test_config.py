@@ -9,7 +9,7 @@ import pytest
 
 from torchhpc.ext.core.cli import add_options, options_from_args
 from torchhpc.ext.core.config import ConfigError, load_config
-from torchhpc.ext.gems.config import GemsConfig, GemsSimulate, GemsTrain
+from torchhpc.ext.gems.config import GemsConfig, GemsDist, GemsSimulate, PipelineOptions
 
 DEBUG = str(Path(__file__).resolve().parents[3] / "configs" / "gems" / "debug.yaml")
 
@@ -44,12 +44,51 @@ def test_simulate_options_keep_their_spellings_and_checks():
 
 
 def test_train_command_checks_nproc_and_saves_the_job_alone():
-    """--nproc must equal stages x groups; the job() a run saves has no launcher section."""
-    cfg = _parse(GemsTrain, "--config", DEBUG, "--nproc", "2")
-    assert cfg.launch.nproc == 2 and type(cfg.job()) is GemsConfig
-    assert cfg.job() == load_config(GemsConfig, DEBUG)
+    """--nproc (dist.nproc) must equal stages x groups; the job() a `gems simulate` config holds has no
+    simulator section."""
+    cfg = _parse(GemsConfig, "--config", DEBUG, "--nproc", "2")
+    assert cfg.dist.nproc == 2 and cfg.job() is cfg
     with pytest.raises(ConfigError, match="--nproc 3 does not fit the config"):
-        _parse(GemsTrain, "--config", DEBUG, "--nproc", "3")
+        _parse(GemsConfig, "--config", DEBUG, "--nproc", "3")
+    sim = _parse(GemsSimulate, "--config", DEBUG, "--devices", "2")
+    assert type(sim.job()) is GemsConfig and sim.job() == load_config(GemsConfig, DEBUG)
+
+
+def test_dist_options_keep_their_flags_and_gems_defaults():
+    """--device, --threads, --timeout-s keep their spelling (now dist.*), with gems' defaults: the CPU, one
+    thread per rank, 120 s; nproc follows the pipeline unless given."""
+    cfg = _parse(GemsConfig, "--config", DEBUG)
+    assert (cfg.dist.device, cfg.dist.threads, cfg.dist.nproc, cfg.dist.timeout_s) == ("cpu", 1, None, 120.0)
+    cfg = _parse(GemsConfig, "--config", DEBUG, "--threads", "2", "--timeout-s", "30", "--device", "auto")
+    assert (cfg.dist.device, cfg.dist.threads, cfg.dist.timeout_s) == ("auto", 2, 30.0)
+
+
+def test_old_keys_load_with_one_warning_each(tmp_path, capsys):
+    """`device`, `threads`, `timeout_s` (top level) and `launch.nproc` of older files and --set are now under
+    `dist`: they still load, each with one deprecation line."""
+    old = tmp_path / "old.yaml"
+    old.write_text(Path(DEBUG).read_text() + "device: cpu\nthreads: 2\ntimeout_s: 60\nlaunch:\n  nproc: 2\n")
+    capsys.readouterr()
+    cfg = load_config(GemsConfig, old)
+    assert (cfg.dist.device, cfg.dist.threads, cfg.dist.timeout_s, cfg.dist.nproc) == ("cpu", 2, 60.0, 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4 and all(x.startswith("torchhpc: warning:") and "is now 'dist." in x for x in err)
+    cfg = load_config(GemsConfig, DEBUG, ["timeout_s=5"])
+    assert cfg.dist.timeout_s == 5.0 and "'timeout_s' is now 'dist.timeout_s'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda: GemsDist(threads=-1), "GemsDist: key 'threads'"),
+    (lambda: GemsDist(timeout_s=0.0), "GemsDist: key 'timeout_s'"),
+    (lambda: GemsDist(nproc=0), "GemsDist: key 'nproc'"),
+    (lambda: GemsDist(device="tpu"), "GemsDist: key 'device'"),
+    (lambda: PipelineOptions(stages=0), "PipelineOptions: key 'stages'"),
+    (lambda: GemsConfig(dist=GemsDist(nproc=3)), "--nproc 3 does not fit the config"),
+])
+def test_options_built_in_python_are_range_checked(build, words):
+    """A dataclass built in Python is range-checked like one read from a file."""
+    with pytest.raises(ConfigError, match=words):
+        build()
 
 
 def test_benchmark_options_keep_their_spellings():

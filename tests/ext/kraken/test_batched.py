@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchhpc.ext.kraken.batched import numba_available
+from torchhpc.ext.core.dispatch import numba_available
 from torchhpc.ext.kraken.embedding import DynamicEmbeddingCollection, DynamicTableConfig
 from torchhpc.ext.kraken.optim import SparseOptimizer
 

@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("torchrec")
 pytest.importorskip("pyarrow")
 
-from torchhpc.ext.kraken.bench import CriteoSource  # noqa: E402
+from torchhpc.ext.kraken.comparison import CriteoSource  # noqa: E402
 
 
 def test_criteo_source_gives_each_distinct_id_its_own_row(tmp_path):

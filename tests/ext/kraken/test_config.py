@@ -15,6 +15,7 @@ from torchhpc.ext.kraken.config import (
     BenchOptions,
     CheckpointOptions,
     KrakenConfig,
+    KrakenDist,
     ServeOptions,
     StreamOptions,
     TableOptions,
@@ -27,8 +28,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def test_python_stream_is_the_cli_stream():
     """SyntheticClickStream() from Python draws exactly the batches `torchhpc kraken train` trains on by default."""
-    from torchhpc.ext.kraken.jobs import build_stream
-    from torchhpc.ext.kraken.stream import SyntheticClickStream
+    from torchhpc.ext.kraken.stream import SyntheticClickStream, build_stream
 
     ours, cli = SyntheticClickStream(), build_stream(KrakenConfig())
     assert ours.cfg == cli.cfg == StreamOptions()
@@ -55,16 +55,20 @@ def test_table_config_is_built_from_the_table_options():
 
 
 @pytest.mark.parametrize("build, words", [
-    (lambda: TableOptions(eviction="fifo"), "tables: key 'eviction'"),
-    (lambda: TableOptions(admit_prob=0.0), "tables: key 'admit_prob'"),
-    (lambda: StreamOptions(zipf=0.0), "stream: key 'zipf'"),
-    (lambda: CheckpointOptions(full_every=0), "checkpoint: key 'full_every'"),
-    (lambda: BenchOptions(steps=1), "bench: key 'steps'"),
+    (lambda: TableOptions(eviction="fifo"), "TableOptions: key 'eviction'"),
+    (lambda: TableOptions(admit_prob=0.0), "TableOptions: key 'admit_prob'"),
+    (lambda: StreamOptions(zipf=0.0), "StreamOptions: key 'zipf'"),
+    (lambda: CheckpointOptions(full_every=0), "CheckpointOptions: key 'full_every'"),
+    (lambda: BenchOptions(steps=1), "BenchOptions: key 'steps'"),
     (lambda: BenchOptions(stream="criteo"), "path: give the Criteo-format log"),
     (lambda: BenchOptions(path="day_0.gz"), "add --stream criteo"),
-    (lambda: StreamOptions(reader="pandas"), "stream: key 'reader'"),
-    (lambda: ServeOptions(checkpoint_dir="x", poll=-1.0), "serve: key 'poll'"),
+    (lambda: StreamOptions(reader="pandas"), "StreamOptions: key 'reader'"),
+    (lambda: ServeOptions(checkpoint_dir="x", poll=-1.0), "ServeOptions: key 'poll'"),
     (lambda: KrakenConfig(tables=TableOptions(max_rows=0, memory_budget_mb=0)), "max_rows or memory_budget_mb"),
+    (lambda: KrakenDist(threads=-1), "KrakenDist: key 'threads'"),
+    (lambda: KrakenDist(nproc=0), "KrakenDist: key 'nproc'"),
+    (lambda: KrakenDist(timeout_s=0.0), "KrakenDist: key 'timeout_s'"),
+    (lambda: KrakenDist(device="tpu"), "KrakenDist: key 'device'"),
 ])
 def test_values_out_of_range_name_the_option(build, words):
     """A dataclass built in Python is range-checked like one read from a file."""
@@ -78,6 +82,29 @@ def test_published_configs_load(name, source):
     """Every key of the published configs still loads."""
     cfg = load_config(KrakenConfig, REPO / "configs" / "kraken" / name)
     assert cfg.stream.source == source
+
+
+def test_old_device_and_threads_keys_load_with_one_warning(tmp_path, capsys):
+    """The top-level `device` and `threads` of older config files (and --set) are now `dist.device` and
+    `dist.threads`: they still load, each with one deprecation line on stderr."""
+    old = tmp_path / "old.yaml"
+    old.write_text((REPO / "configs" / "kraken" / "debug.yaml").read_text() + "device: cpu\nthreads: 2\n")
+    capsys.readouterr()
+    cfg = load_config(KrakenConfig, old)
+    assert (cfg.dist.device, cfg.dist.threads, cfg.dist.nproc, cfg.dist.timeout_s) == ("cpu", 2, 1, 300.0)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(x.startswith("torchhpc: warning:") for x in err)
+    assert "'device' is now 'dist.device'" in err[0] and "'threads' is now 'dist.threads'" in err[1]
+    cfg = load_config(KrakenConfig, None, ["threads=3"])
+    assert cfg.dist.threads == 3 and "'threads' is now 'dist.threads'" in capsys.readouterr().err
+
+
+def test_dist_flags_keep_their_spelling():
+    """`kraken train` keeps --device and --threads (now dist.device, dist.threads) and gains --nproc and
+    --timeout-s; kraken trains on the CPU unless told otherwise."""
+    flags = {f: default for f, default, _ in describe_flags(KrakenConfig)}
+    assert flags["--device"] == "cpu" and flags["--threads"] == "0" and flags["--nproc"] == "1"
+    assert flags["--timeout-s"] == "300.0"
 
 
 def test_serve_and_bench_flags_keep_their_spelling():

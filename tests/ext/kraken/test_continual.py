@@ -16,8 +16,9 @@ from harness.multiproc import torchrun, wait_until
 pytest.importorskip("torchrec")
 
 from torchhpc.ext.core.config import load_config  # noqa: E402
+from torchhpc.ext.kraken.commands import train  # noqa: E402
 from torchhpc.ext.kraken.config import KrakenConfig  # noqa: E402
-from torchhpc.ext.kraken.jobs import build_model, train  # noqa: E402
+from torchhpc.ext.kraken.model import build_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 DEBUG = REPO / "configs" / "kraken" / "debug.yaml"
@@ -26,6 +27,10 @@ DEBUG = REPO / "configs" / "kraken" / "debug.yaml"
 def _cfg(tmp_path, run_id, *extra):
     return load_config(KrakenConfig, DEBUG, [f"run.root={tmp_path}", f"run.run_id={run_id}", "run.progress=false",
                                              *extra])
+
+
+def _summary(tmp_path, run_id) -> dict:
+    return json.loads((tmp_path / "kraken" / run_id / "summary.json").read_text())
 
 
 def _final_state(tmp_path, run_id, rank=None):
@@ -53,8 +58,8 @@ def test_resume_from_full_plus_deltas_is_exact(tmp_path):
     ck = tmp_path / "kraken" / "split" / "checkpoints"
     assert sorted(p.name for p in ck.iterdir()) == ["delta-00000040.pt", "full-00000030.pt", "full-00000045.pt"]
     (ck / "full-00000045.pt").unlink()
-    summary = train(_cfg(tmp_path, "split", "run.resume=true"), verbose=False)
-    assert summary["steps"] == 60
+    assert train(_cfg(tmp_path, "split", "run.resume=true"), verbose=False) == 0
+    assert _summary(tmp_path, "split")["steps"] == 60
     a, b = _final_state(tmp_path, "whole")["model"], _final_state(tmp_path, "split")["model"]
     assert a.keys() == b.keys()
     for k in a:
@@ -90,9 +95,9 @@ def test_kill_and_resume_loses_no_row_or_optimizer_state(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert (ck / "full-00000050.pt").exists(), proc.stderr.read().decode()[-2000:]
-    summary = train(_cfg(tmp_path, "killed", "run.resume=true", "train.steps=120", "checkpoint.full_every=50"),
-                    verbose=False)
-    assert summary["steps"] == 120
+    assert train(_cfg(tmp_path, "killed", "run.resume=true", "train.steps=120", "checkpoint.full_every=50"),
+                 verbose=False) == 0
+    assert _summary(tmp_path, "killed")["steps"] == 120
     a, b = _final_state(tmp_path, "whole"), _final_state(tmp_path, "killed")
     for k in a["model"]:
         assert torch.equal(a["model"][k], b["model"][k]), k
@@ -144,8 +149,8 @@ def test_sharded_two_ranks_equals_one_process(tmp_path):
             torch.testing.assert_close(shards[1][k], v, rtol=1e-4, atol=1e-5)
     # a serving replica of the sharded run routes each ID to its shard: same predictions as one process
     from torchhpc.ext.kraken.continual import ServingReplica
-    from torchhpc.ext.kraken.jobs import build_stream
     from torchhpc.ext.kraken.sharded import RoutedEmbeddingCollection
+    from torchhpc.ext.kraken.stream import build_stream
 
     cfg = _cfg(tmp_path, "single", *extra)
     routed = build_model(cfg, "cpu")

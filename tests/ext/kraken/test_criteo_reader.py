@@ -15,15 +15,13 @@ import torch
 pytest.importorskip("torchrec")
 pytest.importorskip("pyarrow")
 
+from torchhpc.ext.core.dispatch import numba_available  # noqa: E402
 from torchhpc.ext.core.errors import InputError  # noqa: E402
-from torchhpc.ext.kraken import criteo  # noqa: E402
+from torchhpc.ext.kraken import criteo_columns, criteo_tsv  # noqa: E402
+from torchhpc.ext.kraken.criteo import read_criteo  # noqa: E402
+from torchhpc.ext.kraken.criteo_reference import CRITEO_COLUMNS, criteo_ids, read_criteo_reference  # noqa: E402
 from torchhpc.ext.kraken.hashing import mix64  # noqa: E402
-from torchhpc.ext.kraken.stream import (  # noqa: E402
-    SyntheticClickStream,
-    criteo_ids,
-    read_criteo,
-    read_criteo_reference,
-)
+from torchhpc.ext.kraken.stream import SyntheticClickStream  # noqa: E402
 
 
 def _line(rng: random.Random, hex_digits=lambda r: 8) -> str:
@@ -75,7 +73,7 @@ def test_fast_reader_equals_reference(tmp_path, name, batch, start, end, compile
     if end == "crlf":
         lines, end = [x + "\r" for x in lines], "\n"
     path = _write(tmp_path / name, lines, end)
-    fast = criteo.read_criteo_arrow(path, batch, start=start, block_bytes=20_000, compiled=compiled)  # ~80 lines a block
+    fast = criteo_tsv.read_criteo_arrow(path, batch, start=start, block_bytes=20_000, compiled=compiled)  # ~80 lines a block
     _assert_same(fast, read_criteo_reference(path, batch, start=start))
     _assert_same(read_criteo(path, batch, start=start), read_criteo_reference(path, batch, start=start))
 
@@ -86,15 +84,15 @@ def test_ids_of_any_width_and_case_equal_reference(tmp_path):
     lines = _lines(400, seed=3, hex_digits=lambda r: r.randint(1, 16))
     lines = [x.upper() if i % 3 == 0 else x for i, x in enumerate(lines)]
     path = _write(tmp_path / "wide.tsv", lines)
-    parser = criteo._TsvParser(path, compiled=False)
-    first, text, table = parser.table(next(criteo._text_blocks(path, 0, 1 << 20)))
+    parser = criteo_tsv._TsvParser(path, compiled=False)
+    first, text, table = parser.table(next(criteo_tsv._text_blocks(path, 0, 1 << 20)))
     assert table is not None and parser.widths_seen  # pyarrow took it (not the fallback)
     for compiled in (False, True):
-        _assert_same(criteo.read_criteo_arrow(path, 50, block_bytes=8000, compiled=compiled),
+        _assert_same(criteo_tsv.read_criteo_arrow(path, 50, block_bytes=8000, compiled=compiled),
                      read_criteo_reference(path, 50))
 
 
-@pytest.mark.skipif(not criteo.numba_available(), reason="the compiled parser needs numba (make setup installs it)")
+@pytest.mark.skipif(not numba_available(), reason="the compiled parser needs numba (make setup installs it)")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_compiled_parser_equals_reference_on_random_valid_text(tmp_path, seed):
     """Random lines of the strict layout (IDs of 1..16 hex digits in both cases, dense values from -1e17
@@ -110,14 +108,14 @@ def test_compiled_parser_equals_reference_on_random_valid_text(tmp_path, seed):
             f[rng.randint(14, 39)] = f"{rng.getrandbits(64):016X}"
         lines[k] = "\t".join(f)
     text = "\n".join(x + "\r" * (k % 3 == 0) for k, x in enumerate(lines)).encode() + (b"\n" if seed else b"")
-    got = criteo.parse_block(text, len(lines))
-    want = criteo._columns_reference(tmp_path / "t.tsv", 1, text)
-    assert isinstance(got, criteo.Columns)
+    got = criteo_tsv.parse_block(text, len(lines))
+    want = criteo_tsv._columns_reference(tmp_path / "t.tsv", 1, text)
+    assert isinstance(got, criteo_columns.Columns)
     for a, b in [(got.labels, want.labels), (got.dense, want.dense), (got.ids, want.ids), (got.present, want.present)]:
         assert a.dtype == b.dtype and np.array_equal(a, b)
     path = tmp_path / "t.tsv"
     path.write_bytes(text)
-    _assert_same(criteo.read_criteo_arrow(path, 37, block_bytes=7000), read_criteo_reference(path, 37))
+    _assert_same(criteo_tsv.read_criteo_arrow(path, 37, block_bytes=7000), read_criteo_reference(path, 37))
 
 
 @pytest.mark.parametrize("odd", [
@@ -138,10 +136,10 @@ def test_values_only_pythons_int_reads_take_the_reference_path(tmp_path, odd):
     lines[50] = "\t".join(f)
     path = _write(tmp_path / "odd.tsv", lines)
     for compiled in (True, False):
-        _assert_same(criteo.read_criteo_arrow(path, 32, block_bytes=3000, compiled=compiled),
+        _assert_same(criteo_tsv.read_criteo_arrow(path, 32, block_bytes=3000, compiled=compiled),
                      read_criteo_reference(path, 32))
-    if criteo.numba_available():
-        assert criteo.parse_block(path.read_bytes(), 200) == 50
+    if numba_available():
+        assert criteo_tsv.parse_block(path.read_bytes(), 200) == 50
 
 
 @pytest.mark.parametrize("bad", [
@@ -170,11 +168,11 @@ def test_bad_line_gives_the_references_error(tmp_path, bad):
     path = _write(tmp_path / "bad.tsv", lines)
     want = _error(read_criteo_reference(path, 16))
     assert want.startswith(f"{path}:212: ")
-    assert _error(criteo.read_criteo_arrow(path, 16, block_bytes=4000)) == want
-    assert _error(criteo.read_criteo_arrow(path, 16, block_bytes=4000, compiled=False)) == want
-    if criteo.numba_available():  # the compiled parser flags the line itself (its block goes to the fallback)
+    assert _error(criteo_tsv.read_criteo_arrow(path, 16, block_bytes=4000)) == want
+    assert _error(criteo_tsv.read_criteo_arrow(path, 16, block_bytes=4000, compiled=False)) == want
+    if numba_available():  # the compiled parser flags the line itself (its block goes to the fallback)
         text = path.read_bytes()
-        assert criteo.parse_block(text, text.count(b"\n")) == 211
+        assert criteo_tsv.parse_block(text, text.count(b"\n")) == 211
 
 
 def test_non_utf8_truncated_and_not_gzip_name_file_and_line(tmp_path):
@@ -184,14 +182,14 @@ def test_non_utf8_truncated_and_not_gzip_name_file_and_line(tmp_path):
     raw = [x.encode() for x in _lines(100)]
     raw[40] = raw[40][:-3] + b"\xff\xfe1"
     path.write_bytes(b"\n".join(raw) + b"\n")
-    assert _error(criteo.read_criteo_arrow(path, 8, block_bytes=2000)) == _error(read_criteo_reference(path, 8))
+    assert _error(criteo_tsv.read_criteo_arrow(path, 8, block_bytes=2000)) == _error(read_criteo_reference(path, 8))
     gz = _write(tmp_path / "t.tsv.gz", _lines(3000))
     gz.write_bytes(gz.read_bytes()[: gz.stat().st_size * 2 // 3])
-    ref, fast = _error(read_criteo_reference(gz, 64)), _error(criteo.read_criteo_arrow(gz, 64, block_bytes=50_000))
+    ref, fast = _error(read_criteo_reference(gz, 64)), _error(criteo_tsv.read_criteo_arrow(gz, 64, block_bytes=50_000))
     assert "truncated gzip file" in fast and ref.split(": truncated")[0] == fast.split(": truncated")[0]
     fake = tmp_path / "plain.gz"
     fake.write_text("\n".join(_lines(5)) + "\n")
-    assert "not valid gzip data" in _error(criteo.read_criteo_arrow(fake, 8)) and str(fake) in _error(read_criteo(fake))
+    assert "not valid gzip data" in _error(criteo_tsv.read_criteo_arrow(fake, 8)) and str(fake) in _error(read_criteo(fake))
 
 
 def test_empty_file_and_start_past_the_end(tmp_path):
@@ -212,7 +210,7 @@ def test_parquet_equals_tsv(tmp_path):
     import pyarrow.parquet as pq
 
     tsv = _write(tmp_path / "d.tsv", _lines(700, seed=11))
-    names = criteo.CRITEO_COLUMNS
+    names = CRITEO_COLUMNS
     table = pcsv.read_csv(tsv, read_options=pcsv.ReadOptions(column_names=names),
                           parse_options=pcsv.ParseOptions(delimiter="\t"),
                           convert_options=pcsv.ConvertOptions(
@@ -240,18 +238,18 @@ def test_numpy_hashing_and_dense_transform_equal_torch():
     g = torch.Generator().manual_seed(0)
     raw = torch.randint(-(1 << 63), (1 << 63) - 1, (26, 5000), generator=g, dtype=torch.int64)
     raw[:, :3] = torch.tensor([0, -1, -(1 << 63)])
-    assert torch.equal(torch.from_numpy(criteo.criteo_ids_numpy(raw.numpy().view(np.uint64))), criteo_ids(raw))
+    assert torch.equal(torch.from_numpy(criteo_columns.criteo_ids_numpy(raw.numpy().view(np.uint64))), criteo_ids(raw))
     assert torch.equal(criteo_ids(raw)[4], mix64(raw[4], 103) & ((1 << 63) - 1))
     x = torch.cat([torch.arange(-5, 70_000), torch.randint(0, 1 << 40, (5000,), generator=g)]).view(-1, 5)
-    assert torch.equal(torch.from_numpy(criteo.dense_transform(x.numpy())), torch.log1p(x.float().clamp(min=0)))
+    assert torch.equal(torch.from_numpy(criteo_columns.dense_transform(x.numpy())), torch.log1p(x.float().clamp(min=0)))
 
 
 def test_hex_values_of_known_strings():
     """hex_values reads 8- and 16-digit strings as int(s, 16) does and flags a non-hex byte."""
     words = [b"00000000", b"ffffffff", b"0123abCD", b"8000000g"]
-    vals, ok = criteo.hex_values(np.frombuffer(b"".join(words), np.uint8).reshape(4, 8))
+    vals, ok = criteo_columns.hex_values(np.frombuffer(b"".join(words), np.uint8).reshape(4, 8))
     assert vals[:3].tolist() == [0, 0xFFFFFFFF, 0x0123ABCD] and ok.tolist() == [True, True, True, False]
-    vals, ok = criteo.hex_values(np.frombuffer(b"fedcba98765432100000000000000001", np.uint8).reshape(2, 16))
+    vals, ok = criteo_columns.hex_values(np.frombuffer(b"fedcba98765432100000000000000001", np.uint8).reshape(2, 16))
     assert vals.tolist() == [0xFEDCBA9876543210, 1] and ok.all()
 
 
@@ -259,7 +257,7 @@ def test_stopping_early_ends_the_reader_threads(tmp_path):
     """Closing the batch generator after one batch stops the background reader threads."""
     path = _write(tmp_path / "a.tsv", _lines(3000))
     before = threading.active_count()
-    it = criteo.read_criteo_arrow(path, 10, block_bytes=5000)
+    it = criteo_tsv.read_criteo_arrow(path, 10, block_bytes=5000)
     next(it)
     it.close()
     assert threading.active_count() == before

@@ -27,14 +27,29 @@ def test_demo_step_matches_torchrec_and_trains(tmp_path):
     assert summary["steps"] == 20
 
 
-def test_bench_writes_the_suite_schema(tmp_path):
-    """`kraken bench` writes stream.json in ext/core/bench's schema (one row per variant) and stream.png."""
-    from torchhpc.ext.kraken.bench import run_comparison
+def test_comparison_runs_the_variants_it_is_given():
+    """The comparison (the library part of `kraken bench`) runs the variants asked for, in order, and
+    compares kraken with ebc_full; every AUC is an AUC."""
+    from torchhpc.ext.kraken.comparison import Comparison
 
-    res = run_comparison(BenchOptions(steps=4, vocab=50, batch_size=32, dim=4, out=str(tmp_path)),
-                         variants=("ebc_full", "kraken"), verbose=False)
-    assert [r["variant"] for r in res["results"]] == ["ebc_full", "kraken"] and "kraken_vs_full" in res
+    seen = []
+    res = Comparison(BenchOptions(steps=4, vocab=50, batch_size=32, dim=4, out=""), ("ebc_full", "kraken")).run(
+        on_result=lambda r: seen.append(r["variant"]))
+    assert seen == [r["variant"] for r in res["results"]] == ["ebc_full", "kraken"] and "kraken_vs_full" in res
+    assert all(0.0 <= r["auc"] <= 1.0 for r in res["results"]) and 0.0 <= res["bayes_auc"] <= 1.0
+
+
+def test_bench_writes_the_suite_schema(tmp_path, capsys):
+    """`kraken bench` writes stream.json in ext/core/bench's schema (one row per variant) and stream.png, and
+    prints one line per variant."""
+    from torchhpc.ext.kraken.commands import bench
+
+    assert bench(BenchOptions(steps=4, vocab=50, batch_size=32, dim=4, out=str(tmp_path)),
+                 variants=("ebc_full", "kraken")) == 0
+    out = capsys.readouterr().out
+    assert [ln.split()[0] for ln in out.splitlines()][:2] == ["ebc_full", "kraken"] and "kraken vs ebc_full" in out
     doc = json.loads((tmp_path / "kraken" / "stream.json").read_text())
     assert {"system", "benchmark", "rows", "params", "machine", "torch", "commit", "command", "date"} <= doc.keys()
-    assert doc["system"] == "kraken" and [r["name"] for r in doc["rows"]][:2] == ["ebc_full", "kraken"]
+    assert doc["system"] == "kraken" and [r["name"] for r in doc["rows"]] == [
+        "ebc_full", "kraken", "bayes_optimal", "kraken_vs_ebc_full"]
     assert (tmp_path / "kraken" / "stream.png").is_file()

@@ -7,7 +7,7 @@ import torch
 
 from torchhpc.ext.core.errors import ConfigError
 from torchhpc.ext.kraken.config import CheckpointOptions
-from torchhpc.ext.kraken.jobs import checkpoint_kind
+from torchhpc.ext.kraken.continual import checkpoint_kind
 from torchhpc.ext.kraken.metrics import ProgressiveValidation, gathered_result
 
 pytest.importorskip("torchrec")
@@ -16,7 +16,7 @@ pytest.importorskip("torchrec")
 def _jagged_batch():
     from torchrec import KeyedJaggedTensor
 
-    from torchhpc.ext.kraken.stream import Batch
+    from torchhpc.ext.kraken.batch import Batch
 
     # C1: [1] [2 3] [] [4]   C2: [5] [6] [7] [8 9]
     kjt = KeyedJaggedTensor.from_lengths_sync(keys=["C1", "C2"], values=torch.arange(1, 10),
@@ -26,7 +26,7 @@ def _jagged_batch():
 
 def test_slice_batch_cuts_every_feature_at_the_same_samples():
     """Rank r gets samples [r*B/W, (r+1)*B/W) of every feature; the slices put back give the batch."""
-    from torchhpc.ext.kraken.stream import slice_batch
+    from torchhpc.ext.kraken.batch import slice_batch
 
     b = _jagged_batch()
     r0, r1 = slice_batch(b, 0, 2), slice_batch(b, 1, 2)
@@ -54,4 +54,4 @@ def test_gathered_result_of_one_rank_is_its_own():
     """With one rank the gathered figures are the window's own."""
     pv = ProgressiveValidation(100)
     pv.update(torch.tensor([0.1, 0.9, 0.4, 0.7]), torch.tensor([0.0, 1.0, 0.0, 1.0]))
-    assert gathered_result(pv, 1) == pv.result()
+    assert gathered_result(pv) == pv.result()

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.kraken.criteo import read_criteo
 from torchhpc.ext.kraken.metrics import ProgressiveValidation, auc, log_loss
-from torchhpc.ext.kraken.stream import SyntheticClickStream, read_criteo
+from torchhpc.ext.kraken.stream import SyntheticClickStream
 
 pytest.importorskip("torchrec")
 

@@ -1,4 +1,4 @@
-"""PPO pieces of sched: GAE, rollouts through the vector env, the update with KL backtracking, checkpoints."""
+"""PPO pieces of sched: GAE, rollouts through the vector episodes, the update with KL backtracking, checkpoints."""
 
 from __future__ import annotations
 
@@ -6,22 +6,19 @@ import numpy as np
 import pytest
 import torch
 
-from torchhpc.envs.sched import VecBatchScheduling
 from torchhpc.ext.core.config import ConfigError
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.sched.checkpoints import agent_settings, from_checkpoint, load_checkpoint, new_agent
+from torchhpc.ext.sched.episodes import VecBatchScheduling
 from torchhpc.ext.sched.ppo import (
-    agent_settings,
     backtrack_step,
     collect_rollout,
-    from_checkpoint,
     gae,
-    load_checkpoint,
     make_batch,
     minibatches,
-    new_agent,
     policy_update,
 )
-from torchhpc.ext.sched.swf import load_sched_trace
+from torchhpc.ext.sched.traces import load_sched_trace
 
 TRACE = load_sched_trace(None, None, 1500, 0)
 

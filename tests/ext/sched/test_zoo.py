@@ -11,8 +11,8 @@ import yaml
 
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.sched import pretrained, zoo
-from torchhpc.ext.sched.evaluate import evaluate_heuristic, summarise
-from torchhpc.ext.sched.ppo import agent_settings, evaluate_policy, new_agent
+from torchhpc.ext.sched.checkpoints import agent_settings, new_agent
+from torchhpc.ext.sched.evaluate import evaluate_heuristic, evaluate_policy, summarise
 from torchhpc.ext.sched.swf import read_swf
 
 TRACES = {"lublin_256.swf", "lublin_256_new2"}

@@ -207,7 +207,7 @@ def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypa
     failure in a strand's gapped thread reaches the caller instead of being lost."""
     import torch
 
-    from torchhpc.ext.segalign import gapped
+    from torchhpc.ext.segalign import align
 
     sim = simulate_pair(30_000, substitution_rate=0.06, indel_rate=0.004, inversions=2, inversion_length=3000,
                         duplications=2, duplication_length=800, seed=6)
@@ -227,14 +227,14 @@ def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypa
         assert two.stats.get("overlapped") and not one.stats.get("overlapped")
         assert {a.strand for a in one.alignments} == {"+", "-"} and key(two) == key(one)
 
-        real = gapped.gapped_alignments
+        real = align.gapped_alignments  # the gapped stage as the pipeline calls it
 
         def broken(h, target, query, *a, **k):
             if h.strand == "-":
                 raise RuntimeError("gapped stage failed on the minus strand")
             return real(h, target, query, *a, **k)
 
-        monkeypatch.setattr(gapped, "gapped_alignments", broken)
+        monkeypatch.setattr(align, "gapped_alignments", broken)
         with pytest.raises(RuntimeError, match="minus strand"):
             align_sequences(t, q, cfg)
     finally:

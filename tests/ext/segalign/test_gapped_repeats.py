@@ -68,7 +68,7 @@ def test_repeat_blocks_share_no_pair(tmp_path, gapped_by):
 
 
 def _has_numba():
-    from torchhpc.ext.segalign.cpu_kernels import numba_available
+    from torchhpc.ext.core.dispatch import numba_available
 
     return numba_available()
 

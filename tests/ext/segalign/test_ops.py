@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from torchhpc.ext.core.dispatch import resolve_backend
+from torchhpc.ext.core.dispatch import numba_available, resolve_backend
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.segalign.config import BACKENDS as CHOICES
-from torchhpc.ext.segalign.cpu_kernels import numba_available
 from torchhpc.ext.segalign.fasta import SEPARATOR
 from torchhpc.ext.segalign.ops import (
     HSPs,

@@ -92,7 +92,7 @@ def test_compiled_lookups_equal_tensor_lookups(transition):
     """On the CPU with numba, the look-ups of seed_lookups come from one compiled pass; they equal the tensor
     version's (the GPU's path) look-up for look-up, in the same order, windows with N included."""
     pytest.importorskip("numba")
-    from torchhpc.ext.segalign.cpu_kernels import lookups_numba
+    from torchhpc.ext.segalign.index_kernels import lookups_numba
     from torchhpc.ext.segalign.seeds import _lookups_torch, seed_keys
 
     rng = np.random.default_rng(3)
@@ -108,3 +108,21 @@ def test_compiled_lookups_equal_tensor_lookups(transition):
     assert ref[0].numel() > 1000
     for a, b in zip(got, ref, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("pattern", ["12of19", "1101011"])
+def test_seeding_backends_give_the_same_hits_in_the_same_order(pattern):
+    """backend='torch' runs the tensor ops (an index with its sorted keys), backend='numba' the compiled passes
+    (no keys kept); both give the same hits in the same batches and order, and an unknown backend is one line."""
+    pytest.importorskip("numba")
+    t, q = _related_pair(3000, seed=4)
+    pat = parse_seed(pattern)
+    by = {}
+    for backend in ("torch", "numba"):
+        index = build_index(t.codes, pat, backend=backend)
+        assert (index.keys is None) == (backend == "numba" and index.offsets is not None)
+        by[backend] = [(a.tolist(), b.tolist())
+                       for a, b in seed_hits(index, q.codes, 0, q.codes.numel(), True, 500, backend=backend)]
+    assert by["torch"] == by["numba"] and len(by["torch"]) > 1
+    with pytest.raises(InputError, match="seeding backend"):
+        build_index(t.codes, pat, backend="triton")

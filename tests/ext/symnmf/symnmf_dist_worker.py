@@ -38,7 +38,7 @@ def main() -> int:
             for algo in algos:
                 dense = algo != "mu"                        # one sparse run, the rest dense
                 op = GridSimilarity(A, pr, pc, dense=dense, dtype=torch.float64)
-                res = symnmf(op, SolverOptions(k=3, algo=algo, seed=7, max_iter=15, tol=0.0, device="cpu"))
+                res = symnmf(op, SolverOptions(k=3, algo=algo, seed=7, max_iter=15, tol=0.0))
                 results[(pr, algo)] = (gather_rows(res.H, op), res.iterations, res.residual)
         if ctx.rank == 0:
             torch.save(results, out)

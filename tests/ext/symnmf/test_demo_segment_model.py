@@ -26,15 +26,18 @@ def test_demo_step_checks_itself_against_formed_residual_and_spectral(tmp_path):
     assert (tmp_path / "symnmf.png").is_file()
 
 
-def test_segmentation_of_a_shipped_image_writes_the_picture(tmp_path):
-    """sklearn's china.jpg at 24 px splits into k non-empty segments; a bad image name is one error."""
+def test_segmentation_of_a_shipped_image_writes_the_picture(tmp_path, capsys):
+    """sklearn's china.jpg at 24 px splits into k non-empty segments; `symnmf segment` writes the picture and
+    the summary it prints; a bad image name is one error."""
+    from torchhpc.ext.symnmf.commands import segment
     from torchhpc.ext.symnmf.segment import segment_image
 
-    out = segment_image(SegmentOptions(image="china", k=3, size=24, max_iter=60, output=str(tmp_path)))
+    assert segment(SegmentOptions(image="china", k=3, size=24, max_iter=60, output=str(tmp_path), json=True)) == 0
+    out = json.loads(capsys.readouterr().out)
     assert out["pixels"] == out["shape"][0] * out["shape"][1] and sum(out["segment_sizes"]) == out["pixels"]
     assert sum(1 for s in out["segment_sizes"] if s > 0) >= 2
-    assert (tmp_path / "segmentation.png").is_file()
-    assert json.loads((tmp_path / "summary.json").read_text())["k"] == 3
+    assert (tmp_path / "segmentation.png").is_file() and out["picture"] == str(tmp_path / "segmentation.png")
+    assert json.loads((tmp_path / "summary.json").read_text()) == out
     with pytest.raises(InputError, match="no_such_image"):
         segment_image(SegmentOptions(image="no_such_image", output=str(tmp_path)))
 

@@ -38,7 +38,7 @@ def _torchrun(nproc: int, out: Path, prs: str) -> dict:
 
 
 def _single(A, algo):
-    opts = SolverOptions(k=3, algo=algo, seed=7, max_iter=15, tol=0.0, device="cpu")
+    opts = SolverOptions(k=3, algo=algo, seed=7, max_iter=15, tol=0.0)
     return symnmf(LocalSimilarity(to_torch(A, dense=algo != "mu")), opts)
 
 

@@ -85,10 +85,10 @@ def test_float32_tracks_float64_and_seeds_are_reproducible():
     """float32 ends near the float64 residual; the same seed repeats exactly, another seed differs."""
     A = _planted(n=60, k=4, noise=0.05, seed=7)
     base = dict(k=4, algo="anls", max_iter=30, tol=0.0)
-    r64 = cluster(A, SolverOptions(**base, seed=1, dtype="float64", device="cpu")).result
-    r32 = cluster(A, SolverOptions(**base, seed=1, dtype="float32", device="cpu")).result
-    again = cluster(A, SolverOptions(**base, seed=1, device="cpu")).result
-    other = cluster(A, SolverOptions(**base, seed=2, device="cpu")).result
+    r64 = cluster(A, SolverOptions(**base, seed=1, dtype="float64"), device="cpu").result
+    r32 = cluster(A, SolverOptions(**base, seed=1, dtype="float32"), device="cpu").result
+    again = cluster(A, SolverOptions(**base, seed=1), device="cpu").result
+    other = cluster(A, SolverOptions(**base, seed=2), device="cpu").result
     assert r32.H.dtype == torch.float32
     assert abs(r32.residual - r64.residual) < 1e-3
     assert torch.equal(again.H, r64.H)
@@ -98,9 +98,9 @@ def test_float32_tracks_float64_and_seeds_are_reproducible():
 def test_restarts_keep_the_lowest_residual():
     """restarts=3 returns the best of the three single runs with seeds seed + 1000003 r."""
     A = _planted(n=40, k=3, noise=0.3, seed=9)
-    singles = [cluster(A, SolverOptions(k=3, algo="hals", seed=5 + 1_000_003 * r, max_iter=40, device="cpu"))
+    singles = [cluster(A, SolverOptions(k=3, algo="hals", seed=5 + 1_000_003 * r, max_iter=40), device="cpu")
                .result.residual for r in range(3)]
-    best = cluster(A, SolverOptions(k=3, algo="hals", seed=5, restarts=3, max_iter=40, device="cpu")).result
+    best = cluster(A, SolverOptions(k=3, algo="hals", seed=5, restarts=3, max_iter=40), device="cpu").result
     assert best.residual == min(singles)
 
 

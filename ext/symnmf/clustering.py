@@ -1,4 +1,4 @@
-"""One call from a similarity matrix to clusters: check, convert, solve, label."""
+"""One call from a similarity matrix to clusters (check, convert, solve, label), and how good they are."""
 
 from __future__ import annotations
 
@@ -31,23 +31,34 @@ def choose_layout(A: sp.csr_matrix, layout: str = "auto") -> bool:
     return layout == "dense"
 
 
-def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, symmetrize: bool = False,
-            layout: str = "auto", callback=None) -> ClusterResult:
+def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, device: str | torch.device = "auto",
+            symmetrize: bool = False, layout: str = "auto", callback=None) -> ClusterResult:
     """SymNMF clustering of a similarity matrix on one process.
 
     Args:
         A: ``(n, n)`` symmetric nonnegative matrix (scipy sparse, numpy or a dense tensor).
-        opts: solver options (``k``, ``algo``, ``seed``, dtype and device ...).
+        opts: solver options (``k``, ``algo``, ``seed``, ``dtype`` ...).
+        device: where ``A`` and ``H`` live: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``
+            (the job's ``dist.device``).
         symmetrize: replace an asymmetric ``A`` by ``(A + A^T) / 2`` with a warning instead of failing.
         layout: ``dense``, ``sparse`` (torch CSR) or ``auto``.
 
     Raises:
-        InputError: see :func:`~.graphs.check_similarity`.
+        InputError: see :func:`~.graphs.check_similarity`, or an unusable ``device``.
     """
     if isinstance(A, torch.Tensor):
         A = A.to_dense().cpu().double().numpy() if A.layout != torch.strided else A.cpu().double().numpy()
     A, _ = check_similarity(A, opts.k, symmetrize=symmetrize)
-    dev = pick_device(opts.device)
+    dev = pick_device(device)
     At = to_torch(A, dense=choose_layout(A, layout), dtype=DTYPES[opts.dtype], device=dev)
     res = symnmf(LocalSimilarity(At), opts, callback=callback)
     return ClusterResult(cluster_labels(res.H), res)
+
+
+def clustering_scores(truth: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """ARI and NMI (scikit-learn) over the nodes whose ground truth is known (``>= 0``)."""
+    from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+    known = truth >= 0
+    return {"ari": float(adjusted_rand_score(truth[known], labels[known])),
+            "nmi": float(normalized_mutual_info_score(truth[known], labels[known]))}

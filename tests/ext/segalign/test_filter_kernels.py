@@ -1,4 +1,4 @@
-"""The numba CPU kernels of the ungapped filter against the torch path (the reference)."""
+"""The numba kernels of the ungapped filter against the torch path (the reference)."""
 
 from __future__ import annotations
 
@@ -6,35 +6,20 @@ import pytest
 import torch
 
 from torchhpc.ext.segalign.align import AlignConfig, find_hsps
-from torchhpc.ext.segalign.fasta import SEPARATOR, read_fasta
+from torchhpc.ext.segalign.fasta import read_fasta
 from torchhpc.ext.segalign.ops import ungapped_hsps
 from torchhpc.ext.segalign.scoring import hoxd70
 
 pytest.importorskip("numba")
 
 
-def _pair(n, seed):
-    """A related pair with repeats, masked bases, ambiguous bases and record walls."""
-    g = torch.Generator().manual_seed(seed)
-    t = torch.randint(0, 4, (n,), generator=g, dtype=torch.uint8)
-    t[n // 2:n // 2 + 300] = t[n // 5:n // 5 + 300]  # a repeat: several hits per diagonal region
-    q = t.clone()
-    mut = torch.rand(n, generator=g) < 0.4  # weak similarity: many short HSPs
-    q[mut] = torch.randint(0, 4, (int(mut.sum()),), generator=g, dtype=torch.uint8)
-    t[n // 3:n // 3 + 40] += 4
-    q[n // 7] = 8
-    t[0] = t[-1] = q[0] = q[-1] = SEPARATOR
-    q[(2 * n) // 3] = t[(3 * n) // 4] = SEPARATOR
-    return t, q, g
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_scan_equals_torch_rounds(seed, threads):
+def test_scan_equals_torch_rounds(code_pair, seed, threads):
     """One pass over the hits in query order (threads split the diagonals) gives exactly the HSPs and
     the extension count of the torch path's rounds, for hits in any order."""
     n = 3000
-    t, q, g = _pair(n, seed)
+    t, q, g = code_pair(n, seed)
     te = torch.randint(20, n - 1, (4000,), generator=g)
     qe = (te + torch.randint(-3, 4, (4000,), generator=g)).clamp(20, n - 1)  # many hits per diagonal
     qe[::5] = torch.randint(20, n - 1, (len(qe[::5]),), generator=g)  # and random ones
@@ -75,11 +60,11 @@ def test_fused_seed_scan_equals_torch_path(shared_data, monkeypatch, threads, in
     """The one-pass numba seeding + filter gives the torch path's HSPs and counters on a real pair: with
     a flat or a hashed diagonal table, with many small max_hits batches, on one thread, with two threads
     running intervals side by side, and with two threads splitting the diagonals of a single interval."""
-    from torchhpc.ext.segalign import cpu_kernels
+    from torchhpc.ext.segalign import filter_kernels
 
     if dense_bytes is not None:  # hashed diagonal tables in both compiled paths
-        monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", dense_bytes)
-        monkeypatch.setattr(cpu_kernels, "DENSE_BYTES_PER_HIT", dense_bytes)
+        monkeypatch.setattr(filter_kernels, "DENSE_MAX_BYTES", dense_bytes)
+        monkeypatch.setattr(filter_kernels, "DENSE_BYTES_PER_HIT", dense_bytes)
     g = shared_data / "genomes"
     t, q = read_fasta(g / "humanMito.fa"), read_fasta(g / "chickenMito.fa")
     cfg = dict(gapped=False, max_hits=max_hits, interval=interval, hspthresh=2000, strand=strand)
@@ -104,12 +89,12 @@ def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
     """A 100 kbp simulated pair with the hashed diagonal table (thousands of diagonals per thread, so
     the table grows several times) and a 4-HSP output buffer (so the pass runs again with room for
     all): exactly the torch path's HSPs."""
-    from torchhpc.ext.segalign import cpu_kernels
+    from torchhpc.ext.segalign import filter_kernels
     from torchhpc.ext.segalign.fasta import from_strings
     from torchhpc.ext.segalign.simulate import simulate_pair
 
-    monkeypatch.setattr(cpu_kernels, "DENSE_MAX_BYTES", 0)
-    monkeypatch.setattr(cpu_kernels, "FUSED_HSP_CAPACITY", 4)  # and the HSP buffer overflows: a second run
+    monkeypatch.setattr(filter_kernels, "DENSE_MAX_BYTES", 0)
+    monkeypatch.setattr(filter_kernels, "FUSED_HSP_CAPACITY", 4)  # and the HSP buffer overflows: a second run
     sim = simulate_pair(100_000, seed=3)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     a, sa = find_hsps(t, q, AlignConfig(gapped=False, backend="torch"))
@@ -120,9 +105,9 @@ def test_fused_hash_table_grows_and_stays_exact(monkeypatch):
             assert torch.equal(getattr(a[s], f), getattr(b[s], f)), (s, f)
 
 
-def test_torch_thread_count_survives_the_kernels():
+def test_torch_thread_count_survives_the_kernels(code_pair):
     """numba's OpenMP layer shares libgomp with torch; a filter call leaves torch's thread count as it was."""
-    t, q, g = _pair(2000, 5)
+    t, q, g = code_pair(2000, 5)
     te = torch.randint(20, 1990, (500,), generator=g)
     old = torch.get_num_threads()
     try:
@@ -131,50 +116,6 @@ def test_torch_thread_count_survives_the_kernels():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(old)
-
-
-@pytest.mark.parametrize("pattern,step", [("1110100110011", 1), ("1101", 1), ("111", 3), ("11011", 2)])
-def test_compiled_seed_keys_and_index_equal_tensor_ops(pattern, step):
-    """The compiled seed keys (masked bases, N and record walls break windows) and counting-sort index
-    (sorted keys, word ends, offsets, presence; every step-th window) equal the tensor-op reference."""
-    from torchhpc.ext.segalign.seeds import _build_index_torch, _seed_keys_torch, build_index, seed_keys
-
-    t, q, _ = _pair(4000, 7)
-    for codes, (s, e) in ((t, (0, None)), (q, (123, 3456)), (q, (3990, 4000))):
-        got = seed_keys(codes, pattern, s, e)
-        e_ = codes.numel() if e is None else e
-        ref = torch.full((e_ - s,), -1, dtype=torch.int64)
-        last = min(e_, codes.numel() - len(pattern) + 1)
-        if last > s:
-            _seed_keys_torch(codes, pattern, s, last, ref)
-        assert torch.equal(got, ref) and int((ref >= 0).sum()) >= (0 if s == 3990 else 1000)
-    got, ref = build_index(t, pattern, step), _build_index_torch(seed_keys(t, pattern), pattern, step)
-    assert got.offsets is not None and ref.offsets is not None
-    assert got.keys is None and got.ends.dtype == got.offsets.dtype == torch.int32  # half of int64's bytes
-    assert torch.equal(got.ends.to(torch.int64), ref.ends)
-    assert torch.equal(got.offsets.to(torch.int64), ref.offsets)
-    assert torch.equal(got.present, ref.present)
-
-
-@pytest.mark.parametrize("pattern,step,parts", [("1110100110011", 1, 2), ("11011", 2, 3), ("111", 3, 2)])
-def test_index_built_in_chunks_equals_one_pass(monkeypatch, pattern, step, parts):
-    """The target cut into chunks indexed side by side (masked bases, N and record walls straddling the
-    cuts) gives the very table of the one-thread pass and of the tensor-op reference: word ends in
-    key order, position order within a key."""
-    from torchhpc.ext.segalign import cpu_kernels
-    from torchhpc.ext.segalign.seeds import _build_index_torch, seed_keys
-
-    monkeypatch.setattr(cpu_kernels, "INDEX_CHUNK_MIN_WINDOWS", 500)
-    t, _, _ = _pair(4000, 11)
-    chunked = cpu_kernels.count_index_numba(t, pattern, step, threads=parts)
-    calls = []
-    monkeypatch.setattr(cpu_kernels, "_count_index_chunks", lambda *a: calls.append(a))
-    one = cpu_kernels.count_index_numba(t, pattern, step, threads=parts)
-    assert len(calls) == 1  # the chunked build is what ran above
-    one = cpu_kernels.count_index_numba(t, pattern, step, threads=1)
-    ref = _build_index_torch(seed_keys(t, pattern), pattern, step)
-    for got, want, ref_ in zip(chunked, one, (ref.ends, ref.offsets, ref.present), strict=True):
-        assert torch.equal(got, want) and torch.equal(got.to(ref_.dtype), ref_)
 
 
 def test_one_thread_stays_one_thread_in_a_fresh_process():

@@ -1,24 +1,76 @@
-"""One-off use: compress a file with one setting, decompress it back (``torchhpc foresight compress|decompress``)."""
+"""The commands of foresight, one function each: ``torchhpc foresight run|compress|decompress``.
+
+* :func:`run` — a sweep (:func:`~torchhpc.ext.foresight.sweep.run_sweep`) in its run folder: in this
+  process, its slice under torchrun, or relaunched on ``--nproc N`` torchrun ranks;
+* :func:`compress` / :func:`decompress` — one setting on one file, and the report of what it did
+  (:func:`compress_file` / :func:`decompress_file` build it; the commands print it as text or JSON).
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-import yaml
-
 from torchhpc.ext.core.errors import InputError
 
-from .compressors import get_compressor, load_compressed, save_compressed
-from .config import CompressOptions, DecompressOptions
-from .data import load_fields
+from .config import CompressOptions, DecompressOptions, SweepConfig
+
+MODULE = "torchhpc.trainers.foresight"
+"""The module torchrun runs for ``run --nproc N`` (the commands' ``python -m`` / ``torchrun -m`` entry)."""
+
+
+def run(cfg: SweepConfig) -> int:
+    """``foresight run``: the sweep in this process, its slice under torchrun, or torchrun for ``--nproc N``;
+    rank 0 prints where the results are and the best passing setting per compressor."""
+    from torchhpc.ext.core.distributed import distributed, launched_by_torchrun
+
+    if cfg.dist.nproc > 1 and not launched_by_torchrun():
+        from torchhpc.ext.core.launch import relaunch
+
+        return relaunch(cfg, MODULE, cfg.dist.nproc, ["run"])  # the resolved config, flags included, for every rank
+    import torch
+
+    from torchhpc.ext.core.runs import open_run
+
+    from .sweep import run_sweep
+
+    if cfg.dist.threads:
+        torch.set_num_threads(cfg.dist.threads)
+    # the ranks gather their rows over gloo whatever device the compressor runs on
+    with distributed(device="cpu", timeout_s=cfg.dist.timeout_s) as ctx:
+        sweep_run = open_run("foresight", cfg, cfg.run, ctx)
+        summary = run_sweep(cfg, sweep_run, ctx)
+    if summary:
+        best = "; ".join(f"{b['compressor']} {b['params']}" + (f" ({b['ratio']:.1f}x)" if b["ratio"] else "")
+                         for b in summary["best"])
+        print(f"{summary['rows']} rows, {summary['failed']} failed -> {sweep_run.dir}")
+        print(f"best passing setting per compressor: {best}")
+    return 0
+
+
+def compress(opts: CompressOptions) -> int:
+    """``foresight compress IN OUT``: compress one array with one setting; print the report."""
+    rep = compress_file(opts)
+    print(json.dumps(rep) if opts.json else report_text(rep))
+    return 0
+
+
+def decompress(opts: DecompressOptions) -> int:
+    """``foresight decompress IN OUT.npy``: restore a compressed file; print the report."""
+    rep = decompress_file(opts)
+    print(json.dumps(rep) if opts.json else report_text(rep))
+    return 0
+
+
+# ----------------------------------------------------------------------------- the one-file reports
 
 
 def parse_params(spec: str | list[str]) -> dict[str, Any]:
     """``"predictor=interp,level=19"`` (or a list of ``KEY=VALUE``) -> ``{"predictor": "interp", "level": 19}``."""
+    import yaml
+
     items = spec if isinstance(spec, list) else [spec]
     out: dict[str, Any] = {}
     for item in items:
@@ -30,14 +82,10 @@ def parse_params(spec: str | list[str]) -> dict[str, Any]:
     return out
 
 
-def _device(name: str) -> torch.device:
-    if name == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is available")
-    return torch.device("cuda" if name == "cuda" or (name == "auto" and torch.cuda.is_available()) else "cpu")
+def load_array(opts: CompressOptions):
+    """``(name, tensor)``: the one field to compress: a .npy, or ``--field`` of an HDF5/.npz/GenericIO/raw file."""
+    from .data import load_fields
 
-
-def load_array(opts: CompressOptions) -> tuple[str, torch.Tensor]:
-    """The one field to compress: a .npy, or ``--field`` of an HDF5/.npz/GenericIO/raw file."""
     fields = load_fields(opts.input, "auto", [opts.field] if opts.field else None, opts.dims, opts.dtype)
     name, x = next(iter(fields.items()))
     if not x.is_floating_point():
@@ -47,12 +95,18 @@ def load_array(opts: CompressOptions) -> tuple[str, torch.Tensor]:
 
 def compress_file(opts: CompressOptions) -> dict[str, Any]:
     """Compress ``opts.input`` into ``opts.output``; returns the report (ratio, max error, throughput)."""
+    import torch
+
+    from torchhpc.ext.core.device import pick_device
+
+    from .compressors import get_compressor, save_compressed
+
     comp = get_compressor(opts.compressor)
     params = parse_params(opts.param)
     if comp.modes and not comp.fixed_mode(params):
         params = {"mode": opts.mode, "bound": opts.bound, **params}
     field, x = load_array(opts)
-    dev = _device(opts.device)
+    dev = pick_device(opts.device)
     xd = x.to(dev) if opts.compressor == "ours" else x
     t0 = time.perf_counter()
     c = comp.compress(xd, **params)
@@ -76,10 +130,17 @@ def compress_file(opts: CompressOptions) -> dict[str, Any]:
 
 def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
     """Decompress ``opts.input`` into the ``.npy`` ``opts.output``; with ``--original``, the max error."""
+    import numpy as np
+    import torch
+
+    from torchhpc.ext.core.device import pick_device
+
+    from .compressors import get_compressor, load_compressed
+
     c = load_compressed(opts.input)
     comp = get_compressor(c.compressor)
     t0 = time.perf_counter()
-    y = comp.decompress(c, _device(opts.device)).cpu()
+    y = comp.decompress(c, pick_device(opts.device)).cpu()
     td = time.perf_counter() - t0
     out = Path(opts.output)
     if out.suffix != ".npy":
@@ -108,4 +169,5 @@ def report_text(rep: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["compress_file", "decompress_file", "parse_params", "report_text"]
+__all__ = ["MODULE", "compress", "compress_file", "decompress", "decompress_file", "parse_params", "report_text",
+           "run"]

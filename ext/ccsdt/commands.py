@@ -1,31 +1,36 @@
-"""What ``torchhpc ccsdt`` does, as a library call: inputs, the timed (T), PySCF's (T) beside it.
+"""``torchhpc ccsdt``: the command (:func:`run_ccsdt`) and what it runs, as library calls.
+
+* :func:`compute` — the inputs (PySCF, or a saved ``.npz``), our timed E(T) and PySCF's E(T) beside it,
+  in this process or as one rank of a torchrun job: a :class:`TriplesResult`;
+* :func:`report_lines` — the human report of a result (``TriplesResult.as_json`` the JSON object);
+* :func:`launch` — ``--nproc N``: the input checked here, then the job on ``N`` torchrun ranks;
+* :func:`run_ccsdt` — the subcommand: launch or compute, then print on rank 0.
 
     result = compute(CCSDTOptions(molecule=MoleculeOptions(atom="O 0 0 0.1173; ...", basis="cc-pvdz")))
     print("\\n".join(report_lines(result)))        # or json.dumps(result.as_json())
 
 The backend printed is the one :func:`~torchhpc.ext.ccsdt.ops.triples_backend` resolved and
-:func:`~torchhpc.ext.ccsdt.ops.triples_energy` ran.
+:func:`~torchhpc.ext.ccsdt.ops.triples_energy` ran. torch, numpy and PySCF are imported inside the
+functions, so that the CLI builds its parser (``torchhpc --help``) without them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
-import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
-import torch
-
-from torchhpc.ext.core.device import pick_device
-from torchhpc.ext.core.dispatch import check_backend
-from torchhpc.ext.core.errors import InputError
+from typing import TYPE_CHECKING
 
 from .config import CCSDTOptions
-from .io import TriplesInputs, load_inputs, prepare_triples, save_inputs
-from .ops import triples_backend, triples_energy, triples_flops
+
+if TYPE_CHECKING:
+    import torch
+
+    from .io import TriplesInputs
 
 
 @dataclass
@@ -59,6 +64,8 @@ class TriplesResult:
     @property
     def gflops(self) -> float:
         """GFLOP/s of our (T) against :func:`~torchhpc.ext.ccsdt.ops.triples_flops`."""
+        from .ops import triples_flops
+
         flops = triples_flops(self.inputs.nocc, self.inputs.nvir)
         return flops / self.seconds / 1e9 if self.seconds > 0 else float("nan")
 
@@ -80,27 +87,45 @@ def _finite(x: float | None) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
+def _refuse_triton(options: CCSDTOptions) -> None:
+    """The distributed (T) runs the torch path: ``--backend triton`` with several processes is one line."""
+    if options.backend == "triton":
+        from torchhpc.ext.core.errors import InputError
+
+        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
+                         "(--backend auto or torch with --nproc)")
+
+
 def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
     """Run ``torchhpc ccsdt``: the inputs (PySCF, or a saved ``.npz``), our timed E(T), PySCF's E(T).
 
-    ``options.threads`` applies to PySCF and the (T) for the duration of the call.
+    ``options.dist.threads`` (0: torch's default) applies to PySCF and the (T) for the duration of the
+    call. Under torchrun with several ranks this is one rank of the distributed (T).
 
     Raises:
         InputError: no CUDA device for ``--device cuda``, a backend that cannot run there (checked
             before PySCF starts), and every error of :func:`~torchhpc.ext.ccsdt.io.prepare_triples`,
             :func:`~torchhpc.ext.ccsdt.io.load_inputs` and :func:`~torchhpc.ext.ccsdt.ops.triples_energy`.
     """
-    from torchhpc.ext.core.distributed import launched_by_torchrun
+    import torch
 
-    if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    from torchhpc.ext.core.device import pick_device
+    from torchhpc.ext.core.dispatch import check_backend
+    from torchhpc.ext.core.distributed import torchrun_rank
+
+    from .io import save_inputs
+    from .ops import triples_backend, triples_energy
+
+    if torchrun_rank()[1] > 1:
         return _compute_distributed(options, progress=progress)
-    device = pick_device(options.device)
+    threads = options.dist.threads
+    device = pick_device(options.dist.device)
     if options.backend != "auto":
         check_backend(options.backend, device)
     previous = torch.get_num_threads()
     try:
-        if options.threads is not None:
-            torch.set_num_threads(options.threads)
+        if threads:
+            torch.set_num_threads(threads)
         inputs, timings, notes, prepared = _prepare(options)
         source = inputs.meta.get("formula") or (str(options.inputs) if options.inputs is not None else "molecule")
         saved = save_inputs(options.save_inputs, inputs) if options.save_inputs is not None else None
@@ -111,13 +136,13 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
         details: dict = {}
         t0 = time.perf_counter()
         e_t = triples_energy(*inputs.arrays(), backend=backend, device=device, max_memory=options.max_memory,
-                             num_threads=options.threads, progress=progress, details=details)
+                             num_threads=threads or None, progress=progress, details=details)
         seconds = time.perf_counter() - t0  # triples_energy returns a Python float: the device has finished
 
         e_ref = None
         if options.compare_pyscf and prepared is not None:
             t0 = time.perf_counter()
-            with _pyscf_threads(options.threads):
+            with _pyscf_threads(threads):
                 e_ref = prepared.pyscf_triples_energy()
             timings["pyscf_t"] = time.perf_counter() - t0
     finally:
@@ -129,18 +154,20 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
 
 
 def _prepare(options: CCSDTOptions) -> tuple[TriplesInputs, dict, list, object | None]:
-    """The inputs of ``options`` (PySCF with ``options.threads``, or the saved file)."""
+    """The inputs of ``options`` (PySCF with ``options.dist.threads``, or the saved file)."""
+    from .io import load_inputs, prepare_triples
+
     if options.inputs is not None:
         return load_inputs(options.inputs), {}, [], None
-    with _pyscf_threads(options.threads):
+    with _pyscf_threads(options.dist.threads):
         prepared = prepare_triples(options.molecule)
     return prepared.inputs, prepared.timings, prepared.warnings, prepared
 
 
 @contextlib.contextmanager
-def _pyscf_threads(threads: int | None):
-    """PySCF's thread count set to ``threads`` inside the block (untouched when None), restored after."""
-    if threads is None:
+def _pyscf_threads(threads: int):
+    """PySCF's thread count set to ``threads`` inside the block (untouched when 0), restored after."""
+    if not threads:
         yield
         return
     from .molecule import require_pyscf
@@ -159,20 +186,22 @@ def _pyscf_threads(threads: int | None):
 def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesResult:
     """One torchrun rank: rank 0 prepares the inputs and hands every rank the replicated arrays and
     the integral slices it owns; the (T) is shared out (:mod:`~torchhpc.ext.ccsdt.distributed`)."""
+    import numpy as np
+    import torch
     import torch.distributed as dist
 
     from torchhpc.ext.core.distributed import distributed
     from torchhpc.ext.core.errors import DistributedError
 
     from .distributed import owner, triples_energy_distributed
+    from .io import TriplesInputs, save_inputs
 
-    if options.backend == "triton":
-        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
-                         "(--backend auto or torch with --nproc)")
-    with distributed(device=options.device, timeout_s=options.timeout) as ctx:
+    _refuse_triton(options)
+    timeout_s = options.dist.timeout_s
+    with distributed(device=options.dist.device, timeout_s=timeout_s) as ctx:
         rank, world = ctx.rank, ctx.world_size
-        if options.threads is not None:
-            torch.set_num_threads(options.threads)
+        if options.dist.threads:
+            torch.set_num_threads(options.dist.threads)
         failure, inputs, prepared, timings, notes, saved = None, None, None, {}, [], None
         if rank == 0:
             try:
@@ -189,8 +218,8 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesRes
         try:
             dist.broadcast_object_list(box, src=0)
         except RuntimeError as exc:
-            raise DistributedError(f"rank {rank}: rank 0 did not answer within {options.timeout:g} s "
-                                   f"(--timeout) while preparing the inputs ({str(exc).splitlines()[0]})") from exc
+            raise DistributedError(f"rank {rank}: rank 0 did not answer within {timeout_s:g} s "
+                                   f"(--timeout-s) while preparing the inputs ({str(exc).splitlines()[0]})") from exc
         if failure is not None:
             raise failure
         if box[0] is not None:
@@ -219,7 +248,7 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesRes
         t0 = time.perf_counter()
         run = triples_energy_distributed(small["t1"], small["t2"], owned, small["ovoo"], small["ovov"],
                                          small["fock_ov"], small["mo_energy"], device=ctx.device,
-                                         max_memory=options.max_memory, timeout_s=options.timeout,
+                                         max_memory=options.max_memory, timeout_s=timeout_s,
                                          progress=progress and rank == 0)
         seconds = time.perf_counter() - t0
         e_ref = None
@@ -243,9 +272,7 @@ def launch(options: CCSDTOptions) -> int:
     """
     from torchhpc.ext.core.launch import relaunch
 
-    if options.backend == "triton":
-        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
-                         "(--backend auto or torch with --nproc)")
+    _refuse_triton(options)
     mol = options.molecule
     if options.inputs is None:
         from .molecule import build_molecule, parse_atom_string, read_xyz, require_pyscf
@@ -254,11 +281,12 @@ def launch(options: CCSDTOptions) -> int:
         atoms = read_xyz(mol.xyz) if mol.xyz is not None else parse_atom_string(mol.atom)
         build_molecule(atoms, mol.basis, mol.charge, mol.unit)
     if options.inputs is not None:  # the per-rank budget, checked before any rank starts
+        from .io import load_inputs
         from .slices import sliced_layout
 
         shape = load_inputs(options.inputs).t1.shape
         sliced_layout(*shape, 1, options.max_memory)
-    return relaunch(options, "torchhpc.trainers.ccsdt", options.nproc)
+    return relaunch(options, "torchhpc.trainers.ccsdt", options.dist.nproc)
 
 
 def report_lines(result: TriplesResult) -> list[str]:
@@ -300,4 +328,24 @@ def report_lines(result: TriplesResult) -> list[str]:
     return lines
 
 
-__all__ = ["TriplesResult", "compute", "launch", "report_lines"]
+def run_ccsdt(options: CCSDTOptions) -> int:
+    """``torchhpc ccsdt``: with ``--nproc N`` (outside torchrun) :func:`launch` the job on N ranks; else
+    :func:`compute` and print the report (or one JSON object, ``--json``) on rank 0, the warnings of the
+    PySCF steps on stderr."""
+    from torchhpc.ext.core.distributed import launched_by_torchrun, torchrun_rank
+
+    if options.dist.nproc > 1 and not launched_by_torchrun():
+        return launch(options)
+    result = compute(options, progress=not options.json and sys.stderr.isatty())
+    if torchrun_rank()[0] != 0:
+        return 0
+    for line in result.warnings:
+        print(line, file=sys.stderr)
+    if options.json:
+        print(json.dumps(result.as_json()))
+    else:
+        print("\n".join(report_lines(result)))
+    return 0
+
+
+__all__ = ["TriplesResult", "compute", "launch", "report_lines", "run_ccsdt"]

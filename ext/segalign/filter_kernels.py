@@ -1,4 +1,4 @@
-"""Compiled CPU kernels of the ungapped filter (numba), beside the torch twin of :mod:`.ops`.
+"""Compiled CPU kernels of the ungapped X-drop filter (numba), beside the torch twin of :mod:`.ops`.
 
 On a GPU the X-drop filter is the Triton kernel; on the CPU the vectorised torch twin
 pays a dozen full tensor passes per tile of cells, several times LASTZ's cost per cell.
@@ -13,12 +13,12 @@ These kernels do the same arithmetic one cell at a time in machine code:
   torch path extends in its rounds (per diagonal, the leftmost hit not yet scanned);
 * :func:`seed_scan_numba` — seeding and that scan fused (``AlignConfig.fused``): the query's
   keys and their transition variants are looked up in the target's counting-sort table
-  inside the kernel, so no tensors of look-ups or hits are built.
+  (:mod:`.index_kernels`) inside the kernel, so no tensors of look-ups or hits are built.
 
 Threads split the diagonals (``diagonal % threads``), so no two threads touch the same
 diagonal and results do not depend on the thread count; ``threads=1`` runs a kernel with
 no parallel region, for callers that run several query intervals side by side.  numba is
-optional (``pip install torchhpc[align]``); :func:`numba_available` tells.
+optional (``pip install torchhpc[align]``); :func:`torchhpc.ext.core.dispatch.numba_available` tells.
 """
 
 from __future__ import annotations
@@ -26,24 +26,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-try:  # pragma: no cover - exercised where numba is installed (make setup installs it)
-    import numba
-    from numba import njit, prange
+from torchhpc.ext.core.dispatch import numba_available
 
-    _HAVE_NUMBA = True
-except ImportError:  # pragma: no cover
-    _HAVE_NUMBA = False
+from .torch_numba import as_array, keep_torch_threads, numba_threads
+
+if numba_available():  # pragma: no cover - exercised where numba is installed (make setup installs it)
+    from numba import njit, prange
 
 
 DENSE_BYTES_PER_HIT = 64
 """Above this many bytes of diagonal table per hit, the scan hashes diagonals instead."""
 
 
-def numba_available() -> bool:
-    return _HAVE_NUMBA
-
-
-if _HAVE_NUMBA:
+if numba_available():
 
     @njit(nogil=True, cache=True, inline="always")
     def _extend(t, q, ti, qi, step, table, xdrop):
@@ -145,28 +140,6 @@ if _HAVE_NUMBA:
                         keep[g] = True
             n_ext[p] = count
 
-
-    @njit(nogil=True, cache=True)
-    def _lookups(qkeys, w0, n_var, present, offsets, start, length, lo, cnt, qend, n0):
-        """The successful look-ups of ``qkeys[w0:]`` (the key, then its ``n_var - 1`` transition variants), in
-        order, written from ``n0`` on; stops before a window that might not fit.  Returns (next window, n)."""
-        n = n0
-        cap = lo.shape[0]
-        for w in range(w0, qkeys.shape[0]):
-            k = qkeys[w]
-            if k < 0:
-                continue
-            if n + n_var > cap:
-                return w, n
-            for v in range(n_var):
-                key = k if v == 0 else k ^ (2 << (2 * (v - 1)))
-                if present[key]:
-                    lo[n] = offsets[key]
-                    cnt[n] = offsets[key + 1] - offsets[key]
-                    qend[n] = start + w + length
-                    n += 1
-        return qkeys.shape[0], n
-
     @njit(nogil=True, cache=True)
     def _probe(hkey, d, bits):
         mask = (1 << bits) - 1
@@ -188,93 +161,6 @@ if _HAVE_NUMBA:
         # one thread, no parallel region: safe to call from several Python threads at once
         _seed_scan_part(0, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                         max_hits, 1, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
-
-    @njit(nogil=True, cache=True)
-    def _seed_keys_kernel(codes, care, start, last, length, out):
-        """Keys of the windows ``start .. last-1`` into ``out[:last-start]`` (-1 where a base code is
-        >= 4: soft-masked, N or a separator), one pass: the last such base seen decides validity."""
-        lastbad = -1
-        for j in range(start, start + length - 1):
-            if codes[j] >= 4:
-                lastbad = j
-        for i in range(start, last):
-            j = i + length - 1
-            if codes[j] >= 4:
-                lastbad = j
-            if lastbad >= i:
-                out[i - start] = -1
-                continue
-            key = 0
-            for k in range(care.shape[0]):
-                key |= (codes[i + care[k]] & 3) << (2 * k)
-            out[i - start] = key
-
-    @njit(nogil=True, cache=True)
-    def _index_chunk(codes, care, length, step, lo, hi, slots, ends, fill):
-        """The counting sort's scan of the windows ``lo, lo + step, ... < hi`` (``lo`` on the step
-        grid), keys computed on the fly; windows over lowercase, N or a record separator are skipped.
-        ``fill=False`` counts each key into ``slots[key]``; ``fill=True`` writes each window's end at
-        ``slots[key]`` (the next free slot of the key) and advances it.  Returns the valid windows."""
-        n = 0
-        lastbad = -1
-        nxt = lo
-        for i in range(lo, hi, step):
-            j_end = i + length - 1
-            while nxt <= j_end:
-                if codes[nxt] >= 4:
-                    lastbad = nxt
-                nxt += 1
-            if lastbad >= i:
-                continue
-            key = 0
-            for k in range(care.shape[0]):
-                key |= np.int64(codes[i + care[k]] & 3) << (2 * k)
-            n += 1
-            if fill:
-                slot = slots[key]
-                ends[slot] = i + length
-                slots[key] = slot + 1
-            else:
-                slots[key] += 1
-        return n
-
-    @njit(nogil=True, cache=True)
-    def _index_pass(codes, care, length, step, last, offsets, present, ends, fill):
-        """One pass of the counting sort over the keys of the windows ``0, step, ... < last``, computed
-        on the fly (as :func:`_seed_keys_kernel`; no array of keys the size of the genome).
-
-        ``fill=False``: count each key into ``offsets[key + 2]`` (zeroed, one longer than the table),
-        return the valid windows.  ``fill=True`` (after a count): prefix sums (``offsets[k]``: key k's
-        first slot), ``present``, and the word ends in key order (stable: equal keys in position order).
-        """
-        if not fill:
-            return _index_chunk(codes, care, length, step, 0, last, offsets[2:], ends, False)
-        for k in range(present.shape[0]):
-            present[k] = offsets[k + 2] > 0
-            offsets[k + 2] += offsets[k + 1]
-        # offsets[key + 1] is key's next free slot; filling advances it to key + 1's first
-        return _index_chunk(codes, care, length, step, 0, last, offsets[1:], ends, True)
-
-    @njit(nogil=True, cache=True, parallel=True)
-    def _index_chunks(codes, care, length, step, bounds, slots, ends, fill):
-        """:func:`_index_chunk` on each chunk ``bounds[c] .. bounds[c + 1]`` side by side (table ``slots[c]``)."""
-        for c in prange(slots.shape[0]):
-            _index_chunk(codes, care, length, step, bounds[c], bounds[c + 1], slots[c], ends, fill)
-
-    @njit(nogil=True, cache=True)
-    def _index_offsets(slots, offsets, present):
-        """Chunk counts -> each chunk's first slot of each key (chunk by chunk within a key: the windows
-        stay in position order), ``offsets[k]`` (key ``k``'s first slot; ``offsets[space]``: the total)
-        and ``present``."""
-        run = 0
-        for k in range(present.shape[0]):
-            offsets[k] = run
-            for c in range(slots.shape[0]):
-                n = slots[c, k]
-                slots[c, k] = run
-                run += n
-            present[k] = run > offsets[k]
-        offsets[present.shape[0]] = run
 
     PENDING_HITS = 2048
     """Hits the fused scan collects before extending them (see :func:`_drain`)."""
@@ -428,33 +314,6 @@ if _HAVE_NUMBA:
             n_hits[p] = run
 
 
-def _np(x: torch.Tensor, dtype) -> np.ndarray:
-    return x.detach().to("cpu", dtype).contiguous().numpy()
-
-
-def _threads() -> int:
-    """numba's thread count for the next parallel kernel: torch's, which stays as it was (starting
-    numba's OpenMP layer resets the libgomp count torch reads, to every core)."""
-    want = torch.get_num_threads()
-    n = max(1, min(want, numba.config.NUMBA_NUM_THREADS))
-    numba.set_num_threads(n)
-    if torch.get_num_threads() != want:
-        torch.set_num_threads(want)
-    return n
-
-
-class _keep_torch_threads:
-    """numba's OpenMP threading layer shares libgomp with torch and leaves its own thread count
-    behind after a parallel launch; put torch's setting back."""
-
-    def __enter__(self):
-        self.n = torch.get_num_threads()
-
-    def __exit__(self, *exc):
-        if torch.get_num_threads() != self.n:
-            torch.set_num_threads(self.n)
-
-
 def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdrop):
     """Same contract and results as :func:`.ops.xdrop_extend_torch` (CPU tensors)."""
     H = t_first.numel()
@@ -462,10 +321,10 @@ def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdr
     length = np.zeros(H, np.int64)
     scanned = np.zeros(H, np.int64)
     if H:
-        _threads()
-        with _keep_torch_threads():
-            _extend_many(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), _np(t_first, torch.int64),
-                         _np(q_first, torch.int64), int(direction), _np(table.reshape(-1), torch.int64),
+        numba_threads()
+        with keep_torch_threads():
+            _extend_many(as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), as_array(t_first, torch.int64),
+                         as_array(q_first, torch.int64), int(direction), as_array(table.reshape(-1), torch.int64),
                          int(xdrop), best, length, scanned)
     return torch.from_numpy(best), torch.from_numpy(length), torch.from_numpy(scanned)
 
@@ -483,7 +342,7 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
         ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` (before
         the entropy adjustment), in hit order, and the number of hits extended.
     """
-    lo_, cnt_, qe_ = _np(lo, torch.int64), _np(counts, torch.int64), _np(q_end, torch.int64)
+    lo_, cnt_, qe_ = as_array(lo, torch.int64), as_array(counts, torch.int64), as_array(q_end, torch.int64)
     if qe_.size > 1 and bool((qe_[1:] < qe_[:-1]).any()):
         raise ValueError("look-ups must come in non-decreasing query order")
     H = int(cnt_.sum())
@@ -491,10 +350,10 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     np.cumsum(cnt_[:-1], out=first[1:])
     ts, qs, ln, sc = (np.zeros(H, np.int64) for _ in range(4))
     keep = np.zeros(H, np.bool_)
-    parts = 1 if threads == 1 else _threads()
+    parts = 1 if threads == 1 else numba_threads()
     kernel = _scan_serial if parts == 1 else _scan
     n_ext = np.zeros(parts, np.int64)
-    ends_ = _np(ends, torch.int64)
+    ends_ = as_array(ends, torch.int64)
     d_min = d_max = 0
     if H:  # index entries of one key are in target order: a look-up's first and last hits bound its diagonals
         d_min = int((ends_[lo_] - qe_).min())
@@ -502,9 +361,9 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     # a flat table over the batch's diagonal range while it costs at most DENSE_BYTES_PER_HIT a hit
     n_diag = d_max - d_min + 1
     dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
-    with _keep_torch_threads():
-        kernel(_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
-              _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
+    with keep_torch_threads():
+        kernel(as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
+              as_array(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
               ts, qs, ln, sc, keep, n_ext)
     out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
     return (*out, int(n_ext.sum()))
@@ -529,9 +388,10 @@ DENSE_MAX_BYTES = 256 << 20
 """The fused scan keeps a flat diagonal table per thread up to this size, else hashes diagonals."""
 
 
-def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, table, xdrop, hspthresh,
+def seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits, table, xdrop, hspthresh,
                     threads: int | None = None):
-    """Seeding and the filter of query windows ``start .. end-1`` in one compiled pass.
+    """Seeding and the filter of query windows ``start .. end-1`` in one compiled pass, given their
+    seed keys ``qkeys`` (``(end - start,)`` int64, :func:`.seeds.seed_keys`).
 
     Same hits, in the same order and batches, as :func:`.seeds.seed_lookups` +
     :func:`.seeds.expand_lookups` (``index`` must have its counting-sort table), and the same
@@ -545,26 +405,25 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
         ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` and
         counters ``{"hits", "extended"}``.
     """
-    from .seeds import seed_keys
-
-    qkeys = _np(seed_keys(q_codes, index.pattern, start, end), torch.int64)
+    end = start + qkeys.numel()
+    qkeys = as_array(qkeys, torch.int64)
     L = index.length
     n_var = 1 + (index.weight if transition else 0)
     n_t = int(t_codes.numel())
     d_min = L - (end - 1 + L)
     n_diag = n_t - start - L - d_min + 1
     dense_n = n_diag if n_diag * 8 <= DENSE_MAX_BYTES else 0
-    parts = 1 if threads == 1 else _threads()
+    parts = 1 if threads == 1 else numba_threads()
     kernel = _seed_scan_serial if parts == 1 else _seed_scan
-    args = (_np(t_codes, torch.uint8), _np(q_codes, torch.uint8), qkeys, int(start), L, n_var,
-            _np(index.present, torch.bool), index.offsets.contiguous().numpy(), index.ends.contiguous().numpy(),
-            _np(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
+    args = (as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), qkeys, int(start), L, n_var,
+            as_array(index.present, torch.bool), index.offsets.contiguous().numpy(), index.ends.contiguous().numpy(),
+            as_array(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
             int(d_min))
     cap = FUSED_HSP_CAPACITY  # a call that finds more runs again with room for all
     while True:
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
-        with _keep_torch_threads():
+        with keep_torch_threads():
             kernel(*args, cap, out, n_out, n_ext, n_hits)
         if int(n_out.max()) <= cap:
             break
@@ -574,84 +433,6 @@ def seed_scan_numba(t_codes, q_codes, index, start, end, transition, max_hits, t
     return (*cols, {"hits": int(n_hits[0]), "extended": int(n_ext.sum())})
 
 
-def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, out: torch.Tensor) -> None:
-    """:func:`.seeds.seed_keys` of the windows ``start .. last-1`` (all fit) into ``out`` (CPU tensors)."""
-    care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
-    _seed_keys_kernel(_np(codes, torch.uint8), care, int(start), int(last), len(pattern), out.numpy())
 
-
-INDEX_CHUNK_MIN_WINDOWS = 1 << 20
-"""Fewest target windows per chunk of the parallel index build (below, one thread is as fast)."""
-
-INDEX_TABLES_MAX_BYTES = 512 << 20
-"""Most bytes of per-chunk key tables the parallel index build may hold (12of19: 64 MiB a chunk, so up
-to 8 chunks; 14of22's 1 GiB table is built by one thread)."""
-
-
-def _count_index_chunks(c, care, length, step, last, space, small, parts):
-    """:func:`count_index_numba` with the target cut into ``parts`` chunks counted and filled side by
-    side (the same table: within a key, chunk by chunk keeps the windows in position order)."""
-    windows = -(-last // step)
-    per = -(-windows // parts) * step  # positions per chunk: a multiple of step, so chunks keep the step grid
-    bounds = np.minimum(np.arange(parts + 1, dtype=np.int64) * per, last)
-    dt = np.int32 if small else np.int64
-    slots = np.zeros((parts, space), dt)
-    with _keep_torch_threads():
-        _index_chunks(c, care, length, step, bounds, slots, np.empty(0, dt), False)
-    n_valid = int(slots.sum(dtype=np.int64))
-    if space > 64 * max(n_valid, 1):
-        return None
-    offsets = np.empty(space + 1, dt)
-    present = np.empty(space, np.bool_)
-    _index_offsets(slots, offsets, present)
-    ends = np.empty(n_valid, dt)
-    with _keep_torch_threads():
-        _index_chunks(c, care, length, step, bounds, slots, ends, True)
-    return torch.from_numpy(ends), torch.from_numpy(offsets), torch.from_numpy(present)
-
-
-def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int | None = None):
-    """:func:`.seeds.build_index`'s counting-sort table in two compiled passes over the target codes:
-    ``(ends, offsets, present)`` as tensors, ``int32`` where every position fits (half the bytes of
-    int64: 64 MiB of offsets for 12of19, 4 bytes a target base; no array of keys is ever built: the
-    offsets say it all).  ``None`` when the target is too small to fill the table (see
-    :func:`.seeds.build_index`).  With several ``threads`` (default: torch's count), chunks of at
-    least :data:`INDEX_CHUNK_MIN_WINDOWS` windows are indexed side by side, a key table each, within
-    :data:`INDEX_TABLES_MAX_BYTES`."""
-    c = _np(codes, torch.uint8)
-    care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
-    length, space = len(pattern), 4 ** care.size
-    last = max(c.size - length + 1, 0)  # windows that fit
-    small = c.size + length < 2 ** 31  # every position and count fits in 32 bits
-    parts = _threads() if threads is None else max(int(threads), 1)
-    # chunks of the target side by side, a table each (as many as INDEX_TABLES_MAX_BYTES allows)
-    parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)),
-                -(-last // int(step)) // INDEX_CHUNK_MIN_WINDOWS)
-    if parts > 1:
-        return _count_index_chunks(c, care, length, int(step), last, space, small, parts)
-    offsets = np.zeros(space + 2, np.int32 if small else np.int64)
-    present = np.empty(space, np.bool_)
-    n_valid = _index_pass(c, care, length, int(step), last, offsets, present, offsets[:0], False)
-    if space > 64 * max(n_valid, 1):
-        return None
-    ends = np.empty(n_valid, np.int32 if small else np.int64)
-    _index_pass(c, care, length, int(step), last, offsets, present, ends, True)
-    return torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]), torch.from_numpy(present)
-
-
-def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offsets: torch.Tensor, start: int,
-                  length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The index look-ups of :func:`.seeds.seed_lookups` (with its counting-sort table) in one compiled pass:
-    ``(lo, count, q_end)`` of every successful look-up, in the same order, without its ``(W, V)`` tensors."""
-    k = _np(qkeys, torch.int64)
-    pres, offs = _np(present, torch.bool), offsets.contiguous().numpy()
-    cap = max(4 * k.size, 1024)  # grown (and the pass resumed) in the rare case of more look-ups
-    lo, cnt, qend = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
-    w, n = 0, 0
-    while True:
-        w, n = _lookups(k, w, n_var, pres, offs, start, length, lo, cnt, qend, n)
-        if w >= k.size:
-            break
-        cap *= 2
-        lo, cnt, qend = (np.concatenate([x[:n], np.empty(cap - n, np.int64)]) for x in (lo, cnt, qend))
-    return torch.from_numpy(lo[:n].copy()), torch.from_numpy(cnt[:n].copy()), torch.from_numpy(qend[:n].copy())
+__all__ = ["DENSE_BYTES_PER_HIT", "DENSE_MAX_BYTES", "FUSED_HSP_CAPACITY", "seed_scan_numba", "ungapped_scan_hits",
+           "ungapped_scan_numba", "xdrop_extend_numba"]

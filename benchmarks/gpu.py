@@ -1,0 +1,346 @@
+"""``make gpu-check``: every GPU path beside its anchor, on one GPU and its host's cores, in one run.
+
+    python benchmarks/gpu.py [--out runs/bench] [--only segalign,ccsdt] [--device cuda]
+    python benchmarks/gpu.py --device cpu      # on a machine without a GPU: lists each step and its
+                                               # limit, runs the steps that need no GPU
+    python benchmarks/gpu.py --dry-run         # lists the steps, runs nothing
+
+Each step runs in its own process with its own time limit (the whole run fits in 8 minutes); a step
+that fails, times out or lacks what it needs (no CUDA, a missing anchor or input) is reported with the
+reason and the run goes on.  The result is one JSON in the suite's schema (``<out>/core/gpu-check.json``),
+a PNG of the ratios, and a table on stdout.
+
+| step | ours | anchor | figure |
+|---|---|---|---|
+| kernels | every Triton kernel test, compiled on the GPU (``gpu``-marked ones too) | the torch twins | passed / failed / skipped |
+| segalign | ``torchhpc align`` on CUDA + all cores, and on all cores; whole and ``--nogapped`` | LASTZ 1.04 on one core, the same options | LASTZ s / ours s |
+| ccsdt | E(T) with the fused Triton kernel and the blocked torch path, FP64 | 67 TFLOP/s FP64 tensor-core peak; cuBLAS DGEMM | TFLOP/s, % of peak |
+| foresight | our compressor on CUDA | SZ3, ZFP, fpzip on one CPU core | MB/s and ratio |
+| kraken | table-batched pooling + fused row-wise AdaGrad (two launches) | per-table ``nn.EmbeddingBag`` + ``torch.optim.Adagrad`` | ms, GB/s, % of HBM |
+| sched | the batched simulator's torch path on CUDA | the compiled CPU path | decisions/s |
+| symnmf | Gauss-Newton SymNMF on CUDA, SBM n = 100,000 | the same on all CPU cores | s, ARI |
+| pliner | the search on real TF32 (CUDA) | the fp32 reference on CUDA | runs, ops found |
+
+Inputs it reads: the H. pylori pair from the shared data (``$TORCHHPC_SHARED_DATA/genomes``; on a GPU
+machine with no ``../shared``, copy the two FASTA files and set the variable), LASTZ on ``PATH`` (or
+``$LASTZ``).  ``docs/core/guide.md`` says how to run it on a GPU machine with no internet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+CLI = [PY, "-m", "torchhpc.trainers.cli"]
+FP64_PEAK_TFLOPS = 67.0  # H100/H200 SXM FP64 tensor-core peak
+HBM_GBPS = 4800.0  # H200 HBM3e by the datasheet
+
+
+@dataclasses.dataclass
+class Step:
+    name: str
+    limit_s: int
+    needs_cuda: bool
+    what: str
+
+
+STEPS = [
+    Step("kernels", 100, True, "every Triton kernel test compiled on the GPU, against its torch twin"),
+    Step("segalign", 120, True, "torchhpc align (CUDA / all cores) against LASTZ on one core, whole and filter"),
+    Step("ccsdt", 45, True, "E(T), o=20 v=120, FP64: fused Triton kernel and torch path, TFLOP/s"),
+    Step("foresight", 60, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3"),
+    Step("kraken", 40, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
+    Step("sched", 30, True, "the batched simulator on CUDA against the compiled CPU path"),
+    Step("symnmf", 45, True, "Gauss-Newton SymNMF, SBM n = 100,000, k = 10: CUDA against all cores"),
+    Step("pliner", 30, True, "PLiNER on real TF32: ops found and runs"),
+]
+
+
+# ----------------------------------------------------------------------------- helpers for the steps
+
+
+def _timed(cmd: list[str], limit: float, **kw) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, stdin=subprocess.DEVNULL, **kw)
+    return time.perf_counter() - t0, res
+
+
+def _check(res: subprocess.CompletedProcess, what: str) -> None:
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+        raise RuntimeError(f"{what} exited {res.returncode}: {' | '.join(tail)[:300]}")
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+# ----------------------------------------------------------------------------- steps (each in a child process)
+
+
+def step_kernels(device: str, work: Path) -> list[dict]:
+    junit = work / "kernels.xml"
+    res = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/triton_kernels",
+                          "--deselect", "tests/triton_kernels/test_sm90.py", f"--junitxml={junit}"],
+                         capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+    import xml.etree.ElementTree as ET
+
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    n, f, e, s = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
+    failed = [tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None
+              or tc.find("error") is not None]
+    skipped = sorted({(tc.find("skipped").get("message") or "")[:80] for tc in suite.iter("testcase")
+                      if tc.find("skipped") is not None})
+    return [{"name": "kernel tests compiled", "passed": n - f - e - s, "failed": f + e, "skipped": s,
+             "failed_tests": failed[:10], "skip_reasons": skipped, "exit": res.returncode}]
+
+
+def step_segalign(device: str, work: Path) -> list[dict]:
+    from torchhpc.ext.core.data import shared_data_dir
+
+    genomes = shared_data_dir() / "genomes"
+    a, b = genomes / "Hpylori_ELS37.fa", genomes / "Hpylori_SJM180.fa"
+    if not (a.is_file() and b.is_file()):
+        raise FileNotFoundError(f"the H. pylori pair is not in {genomes} (set TORCHHPC_SHARED_DATA)")
+    lastz = os.environ.get("LASTZ") or shutil.which("lastz")
+    if not lastz:
+        raise FileNotFoundError("LASTZ is not on PATH (or $LASTZ)")
+    cores = _cores()
+    rows = []
+    for label, ours_extra, lastz_extra in (("whole alignment", [], ["--ydrop=9430"]),
+                                           ("filter (--nogapped)", ["--nogapped"], ["--nogapped"])):
+        t_lastz, res = _timed([lastz, str(a), str(b), *lastz_extra, "--format=maf-"], 300)
+        _check(res, "lastz")
+        row = {"name": label, "lastz_1core_s": round(t_lastz, 2)}
+        for dev, threads in ((device, cores), ("cpu", cores)):
+            out = work / f"ours-{dev}-{len(ours_extra)}.maf"
+            t, res = _timed([*CLI, "align", str(a), str(b), "--device", dev, "--threads", str(threads),
+                             "--output", str(out), *ours_extra], 300, cwd=work)
+            _check(res, f"torchhpc align --device {dev}")
+            key = f"ours_{dev}_{threads}t"
+            row[f"{key}_s"] = round(t, 2)
+            row[f"{key}_vs_lastz"] = round(t_lastz / t, 2)
+        rows.append(row)
+    return rows
+
+
+def step_ccsdt(device: str, work: Path) -> list[dict]:
+    import torch
+
+    from torchhpc.ext.ccsdt import triples_energy
+    from torchhpc.ext.ccsdt.reference import random_inputs
+
+    o, v = 20, 120
+    args = [x.to(device) for x in random_inputs(o, v, seed=0)]
+    flops = 2.0 * (o**3 * v**4 + o**4 * v**3)  # particle (o^3 v^4) and hole (o^4 v^3) contractions, 2 per FMA
+    rows, energies = [], {}
+    for backend in ("torch", "triton"):
+        triples_energy(*args, backend=backend)  # compile, warm caches
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        energies[backend] = triples_energy(*args, backend=backend)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        tf = flops / dt / 1e12
+        rows.append({"name": f"(T) o={o} v={v} {backend}", "seconds": round(dt, 3), "tflops": round(tf, 3),
+                     "pct_fp64_peak": round(100 * tf / FP64_PEAK_TFLOPS, 2)})
+    diff = abs(energies["torch"] - energies["triton"])
+    for r in rows:
+        r["backends_differ_by"] = float(f"{diff:.3g}")
+    return rows
+
+
+def step_foresight(device: str, work: Path) -> list[dict]:
+    res = subprocess.run([PY, "benchmarks/foresight.py", "--device", device, "--size", "256", "--repeats", "2",
+                          "--bounds", "1e-2", "1e-3", "--out", str(work)], capture_output=True, text=True, cwd=REPO,
+                         stdin=subprocess.DEVNULL, timeout=600)
+    _check(res, "benchmarks/foresight.py")
+    rows = []
+    for f in sorted((work / "foresight").glob("*.json")):
+        rows += json.loads(f.read_text()).get("rows", [])
+    return rows
+
+
+def step_kraken(device: str, work: Path) -> list[dict]:
+    return [_kraken_case(*size, device) for size in ((26, 4096, 100_000, 128, 20), (8, 8192, 1_000_000, 64, 50))]
+
+
+def _kraken_case(K: int, B: int, N: int, D: int, L: int, device: str) -> dict:
+    """K tables of N rows x D, B bags a table of ~L values: one training step's embedding work, ours (one
+    pooling launch, one fused backward + row-wise AdaGrad launch) against per-table EmbeddingBag + Adagrad."""
+    import torch
+    import triton.testing
+
+    from torchhpc.triton_kernels.kraken import tbe_backward_rowwise_adagrad, tbe_pool
+
+    g = torch.Generator(device=device).manual_seed(0)
+    lengths = torch.randint(0, 2 * L + 1, (K * B,), device=device, generator=g)
+    offsets = torch.zeros(K * B + 1, dtype=torch.int64, device=device)
+    offsets[1:] = lengths.cumsum(0)
+    nnz = int(offsets[-1])
+    table_of = torch.arange(K, device=device).repeat_interleave(B).repeat_interleave(lengths, output_size=nnz)
+    ids = torch.randint(0, N, (nnz,), device=device, generator=g)
+    store = torch.randn(K * N, D, device=device) * 0.01
+    v = torch.zeros(K * N, device=device)
+    rows = table_of * N + ids
+    grad = torch.randn(K * B, D, device=device)
+
+    def ours():
+        tbe_pool(store, rows, offsets)
+        tbe_backward_rowwise_adagrad(grad, store, v, rows, offsets, 0.01, 1e-8)
+
+    bags = [torch.nn.EmbeddingBag(N, D, mode="sum", device=device) for _ in range(K)]
+    opt = torch.optim.Adagrad([p for bag in bags for p in bag.parameters()], lr=0.01)
+    per_table = []
+    for k in range(K):
+        o = offsets[k * B:(k + 1) * B + 1]
+        per_table.append((ids[int(o[0]):int(o[-1])], o[:-1] - o[0], grad[k * B:(k + 1) * B]))
+
+    def anchor():
+        opt.zero_grad(set_to_none=True)
+        for bag, (idx, off, gk) in zip(bags, per_table, strict=True):
+            bag(idx, off).backward(gk)
+        opt.step()
+
+    ms_ours = triton.testing.do_bench(ours, warmup=5, rep=50)
+    ms_anchor = triton.testing.do_bench(anchor, warmup=3, rep=50)
+    moved = nnz * D * 4 * 3 + K * B * D * 4 * 2  # value rows read twice (pool, update) and written; bags in, out
+    gbps = moved / (ms_ours * 1e-3) / 1e9
+    return {"name": f"K={K} B={B} N={N} D={D} L~{L}", "ours_ms": round(ms_ours, 3),
+            "embeddingbag_adagrad_ms": round(ms_anchor, 3), "speedup": round(ms_anchor / ms_ours, 2),
+            "ours_GBps": round(gbps, 1), "pct_hbm": round(100 * gbps / HBM_GBPS, 1)}
+
+
+def step_sched(device: str, work: Path) -> list[dict]:
+    res = subprocess.run([PY, "benchmarks/sched.py", "--device", device, "--skip-ppo", "--repeats", "1",
+                          "--windows", "256", "--sim-decisions", "2000", "--out", str(work)], capture_output=True,
+                         text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+    _check(res, "benchmarks/sched.py")
+    rows = []
+    for f in sorted((work / "sched").glob("*.json")):
+        rows += json.loads(f.read_text()).get("rows", [])
+    return rows
+
+
+def step_symnmf(device: str, work: Path) -> list[dict]:
+    rows = []
+    for dev, threads in ((device, 0), ("cpu", _cores())):
+        t, res = _timed([*CLI, "symnmf", "run", "--dataset", "sbm", "--graph.sbm-n", "100000", "--k", "10",
+                         "--algo", "gn", "--device", dev, "--threads", str(threads), "--json",
+                         "--set", f"run.root={work}"], 300, cwd=work)
+        _check(res, f"symnmf run --device {dev}")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        rows.append({"name": f"SBM n=100000 k=10 gn on {dev}", "wall_s": round(t, 2),
+                     "iterations": out.get("iterations"), "ari": out.get("ari"), "residual": out.get("residual")})
+    return rows
+
+
+def step_pliner(device: str, work: Path) -> list[dict]:
+    t, res = _timed([*CLI, "pliner", "find", "--model", "torchhpc.ext.pliner.examples:tiny_transformer",
+                     "--reference", "fp32", "--problem", "cuda+tf32", "--tol", "1e-4", "--json"], 300, cwd=work)
+    _check(res, "pliner find")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    return [{"name": "tiny_transformer, cuda+tf32 against fp32", "wall_s": round(t, 2),
+             **{k: out[k] for k in ("status", "runs", "culprits", "error_before", "error_after") if k in out}}]
+
+
+# ----------------------------------------------------------------------------- the runner
+
+
+def run_step(name: str, device: str, out_json: Path) -> int:
+    """Child process: run one step and write ``{"rows": [...]}`` or ``{"error": ...}``."""
+    work = Path(tempfile.mkdtemp(prefix=f"gpu-check-{name}-"))
+    try:
+        rows = globals()[f"step_{name}"](device, work)
+        out_json.write_text(json.dumps({"rows": rows}, default=str))
+    except Exception as exc:  # noqa: BLE001 - reported in the table, the run goes on
+        out_json.write_text(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:400]}"}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--out", default="runs/bench", help="results go to OUT/core/gpu-check.json/.png")
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"],
+                    help="auto: CUDA when present; cpu lists the steps and runs those that need no GPU")
+    ap.add_argument("--only", default="", help="comma-separated steps (default: all)")
+    ap.add_argument("--dry-run", action="store_true", help="list the steps and their limits, run nothing")
+    ap.add_argument("--run-step", help=argparse.SUPPRESS)
+    ap.add_argument("--step-out", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.run_step:
+        return run_step(args.run_step, args.device, Path(args.step_out))
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("gpu-check: error: --device cuda, but no CUDA device is available", file=sys.stderr)
+        return 1
+    names = [n for n in args.only.split(",") if n] or [s.name for s in STEPS]
+    unknown = set(names) - {s.name for s in STEPS}
+    if unknown:
+        print(f"gpu-check: error: unknown step(s) {sorted(unknown)}; steps: {', '.join(s.name for s in STEPS)}",
+              file=sys.stderr)
+        return 1
+    steps = [s for s in STEPS if s.name in names]
+    print(f"gpu-check on {device}: {len(steps)} steps, {sum(s.limit_s for s in steps)} s of limits")
+    results = []
+    for s in steps:
+        head = f"{s.name:10s} limit {s.limit_s:3d} s  {s.what}"
+        if args.dry_run:
+            print(head)
+            continue
+        if s.needs_cuda and device != "cuda":
+            print(f"{head}\n           skipped: needs CUDA")
+            results.append({"step": s.name, "status": "skipped", "why": "needs CUDA"})
+            continue
+        print(head, flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "step.json"
+            t0 = time.perf_counter()
+            proc = subprocess.Popen([PY, __file__, "--run-step", s.name, "--device", device, "--step-out", str(out)],
+                                    cwd=REPO, stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                proc.wait(timeout=s.limit_s)
+                got = json.loads(out.read_text()) if out.exists() else {"error": "the step wrote no result"}
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # the step and everything it started
+                proc.wait()
+                got = {"error": f"timed out after {s.limit_s} s"}
+            took = round(time.perf_counter() - t0, 1)
+        row = {"step": s.name, "seconds": took}
+        if "error" in got:
+            row.update(status="failed", why=got["error"])
+            print(f"           FAILED ({took} s): {got['error']}")
+        else:
+            row.update(status="ok", rows=got["rows"])
+            for r in got["rows"]:
+                print("           " + json.dumps(r, default=str))
+        results.append(row)
+    if args.dry_run:
+        return 0
+    from torchhpc.ext.core.bench import write_results
+
+    path = write_results("core", "gpu-check", results, out=args.out,
+                         params={"device": device, "cores": _cores(),
+                                 "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None})
+    print(f"-> {path}")
+    return 0 if all(r["status"] != "failed" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

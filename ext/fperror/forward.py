@@ -1,0 +1,249 @@
+"""The forward pass: interval enclosures of every node of a DAG over a batch of input boxes.
+
+Nodes are processed in groups of one (level, op) (:func:`make_groups`): each group is a handful of
+gathers and interval operations (:mod:`.interval`, rounded outward), so a pass costs O(N) work in
+O(depth x ops) tensor calls.  Values are ``(N, B)`` for B boxes.  Three enclosures per node
+(:class:`Forward`): ``V`` the exact value, ``P`` the exact operation on computed operands and ``W``
+"computed or exact" (``P`` widened by the node's rounding, ``(1 +- u_k) +- eta_k``): the mean-value
+bound of :mod:`.ops` takes its suprema over ``W``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from torchhpc.ext.core.errors import InputError
+
+from . import interval as iv
+from .dag import (
+    ABS,
+    ADD,
+    ATAN,
+    CONST,
+    COS,
+    COSH,
+    DIV,
+    EXP,
+    LOG,
+    MAX,
+    MUL,
+    NEG,
+    SIN,
+    SINH,
+    SQRT,
+    SUB,
+    TAN,
+    TANH,
+    ExprDAG,
+)
+
+
+@dataclass
+class Groups:
+    """Nodes grouped by (level, op), in increasing level: ``(op, idx, a, b)`` per group."""
+
+    groups: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]
+    fanout: torch.Tensor
+    levels: list[int] = field(default_factory=list)
+    nonpos: torch.Tensor | None = None
+    # rounding="power2": (N, 1) bool, the nodes whose rounding error is bounded by u 2^floor(log2|w|)
+    power2: torch.Tensor | None = None
+
+
+def below_pow2(x: torch.Tensor) -> torch.Tensor:
+    """The largest power of two strictly below x for x > 0 (exact), 0 for 0, inf for inf.
+
+    If |w| <= M then rounding w to nearest errs by at most u times this: |w| < M lies in a binade
+    starting at most there, and |w| = M, when M is a power of two, is representable (error 0).
+    """
+    _, e = torch.frexp(x)  # x = m 2^e, m in [0.5, 1)
+    p = torch.ldexp(torch.ones_like(x), (e - 1).to(torch.int32))  # 2^floor(log2 x) <= x
+    p = torch.where(p == x, p / 2, p)
+    return torch.where(torch.isfinite(x) & (x > 0), p, x)
+
+
+def rounding_magnitude(groups: Groups, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """sup |w| over [lo, hi]; under rounding="power2" the power of two below it instead (see
+    :func:`below_pow2`: round to nearest errs by at most u times that, FPTaylor's improved model)."""
+    m = iv.mag(lo, hi)
+    if groups.power2 is None:
+        return m
+    return torch.where(groups.power2, below_pow2(m), m)
+
+
+def make_groups(dag: ExprDAG) -> Groups:
+    """Group the non-leaf nodes by (level, op) (leaves are set directly)."""
+    op = dag.op.long()
+    inner = op > CONST
+    key = dag.level * 32 + op
+    key = torch.where(inner, key, torch.full_like(key, -1))
+    order = torch.argsort(key, stable=True)
+    ks = key[order]
+    keep = ks >= 0
+    order, ks = order[keep], ks[keep]
+    uniq, counts = torch.unique_consecutive(ks, return_counts=True)
+    out, levels = [], []
+    start = 0
+    for k, c in zip(uniq.tolist(), counts.tolist(), strict=True):
+        idx = order[start:start + c]
+        start += c
+        out.append((k % 32, idx, dag.lhs[idx], dag.rhs[idx]))
+        levels.append(k // 32)
+    fan = torch.zeros(dag.num_nodes, dtype=torch.float64, device=dag.lhs.device)  # dag may be on CUDA
+    ones = torch.ones_like(dag.lhs, dtype=torch.float64)
+    fan.index_add_(0, dag.lhs.clamp(min=0), torch.where(dag.lhs >= 0, ones, 0.0))
+    fan.index_add_(0, dag.rhs.clamp(min=0), torch.where(dag.rhs >= 0, ones, 0.0))
+    return Groups(out, fan, levels)
+
+
+# ----------------------------------------------------------------------------- forward
+
+
+def _apply(op: int, al, ah, bl=None, bh=None, same=None):
+    if op == MUL and same is not None and bool(same.any()):
+        ml, mh = iv.mul(al, ah, bl, bh)
+        sl, sh = iv.square(al, ah)
+        s = same[:, None]
+        return torch.where(s, sl, ml), torch.where(s, sh, mh)
+    if op == ADD:
+        return iv.add(al, ah, bl, bh)
+    if op == SUB:
+        return iv.sub(al, ah, bl, bh)
+    if op == MUL:
+        return iv.mul(al, ah, bl, bh)
+    if op == DIV:
+        return iv.div(al, ah, bl, bh)
+    if op == NEG:
+        return iv.neg(al, ah)
+    if op == ABS:
+        return iv.absval(al, ah)
+    if op == MAX:
+        return iv.vmax(al, ah, bl, bh)
+    if op == SQRT:
+        lo, hi = iv.sqrt(al, ah)
+        return torch.where(al < 0, math.nan, lo), hi
+    if op == EXP:
+        return iv.exp(al, ah)
+    if op == LOG:
+        return iv.log(al, ah)
+    if op == SIN:
+        return iv.sin(al, ah)
+    if op == COS:
+        return iv.cos(al, ah)
+    if op == TAN:
+        return iv.tan(al, ah)
+    if op == ATAN:
+        return iv.monotone(torch.atan, al, ah)
+    if op == SINH:
+        return iv.monotone(torch.sinh, al, ah)
+    if op == COSH:
+        return iv.cosh(al, ah)
+    if op == TANH:
+        return iv.monotone(torch.tanh, al, ah)
+    raise InputError(f"unsupported operation code {op}")
+
+
+@dataclass
+class Forward:
+    """Enclosures ``(N, B)``: V exact values, P exact op on computed operands, W computed-or-exact."""
+
+    vl: torch.Tensor
+    vh: torch.Tensor
+    pl: torch.Tensor
+    ph: torch.Tensor
+    wl: torch.Tensor
+    wh: torch.Tensor
+
+
+def nonpositive_subs(dag: ExprDAG) -> torch.Tensor | None:
+    """``(N,)`` bool: ``a - m`` where ``m`` is a chain of ``max`` that includes ``a`` (so <= 0 exactly and
+    computed, since max is exact): softmax's ``x - max(x)``.  None when there is none."""
+    op = dag.op
+    cand = ((op == SUB) & (op[dag.rhs.clamp(min=0)] == MAX) & (dag.rhs >= 0)).nonzero().flatten().tolist()
+    if not cand:
+        return None
+    lhs, rhs, ops = dag.lhs.tolist(), dag.rhs.tolist(), op.tolist()
+    out = torch.zeros(dag.num_nodes, dtype=torch.bool)
+    for k in cand:
+        target, stack, seen = lhs[k], [rhs[k]], set()
+        while stack:
+            m = stack.pop()
+            if m == target:
+                out[k] = True
+                break
+            if m in seen or ops[m] != MAX:
+                continue
+            seen.add(m)
+            stack.extend((lhs[m], rhs[m]))
+    return out if bool(out.any()) else None
+
+
+def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Tensor,
+            check: bool = False, nonpos: torch.Tensor | None = None) -> Forward:
+    """Interval values of every node over B boxes; ``box_lo/hi`` are ``(n_inputs, B)``.
+
+    With ``check`` a division by an interval containing 0, a log/sqrt of a possibly non-positive
+    /negative argument or an overflow raises :class:`InputError` naming the operation's source.
+    """
+    n, nb = dag.num_nodes, box_lo.shape[1]
+    dev = box_lo.device
+    vl = dag.box[:, :1].to(dev).expand(n, nb).clone()
+    vh = dag.box[:, 1:].to(dev).expand(n, nb).clone()
+    vl[dag.input_nodes] = box_lo
+    vh[dag.input_nodes] = box_hi
+    u = dag.urnd.to(dev)
+    eta = dag.eta.to(dev)
+    pl, ph = vl.clone(), vh.clone()
+    leaf = (dag.op <= CONST).to(dev)
+    rl, rh = iv.scale_out(vl, vh, u[:, None], eta[:, None])
+    rounded_leaf = (leaf & (u > 0))[:, None]
+    wl = torch.where(rounded_leaf, rl, vl)
+    wh = torch.where(rounded_leaf, rh, vh)
+    for op, idx, a, b in groups.groups:
+        binary = op in (ADD, SUB, MUL, DIV, MAX)
+        same = (a == b) if op == MUL else None
+        lo, hi = _apply(op, vl[a], vh[a], vl[b] if binary else None, vh[b] if binary else None, same)
+        plo, phi = _apply(op, wl[a], wh[a], wl[b] if binary else None, wh[b] if binary else None, same)
+        if op == SUB and nonpos is not None:
+            npm = nonpos[idx][:, None]
+            hi = torch.where(npm, hi.clamp(max=0.0), hi)
+            phi = torch.where(npm, phi.clamp(max=0.0), phi)
+        if check:
+            _check(dag, op, idx, a, b, lo, hi, vl, vh)
+        vl[idx], vh[idx] = lo, hi
+        pl[idx], ph[idx] = plo, phi
+        uu = u[idx][:, None]
+        slo, shi = iv.scale_out(plo, phi, uu, eta[idx][:, None])
+        wl[idx] = torch.where(uu > 0, slo, plo)
+        wh[idx] = torch.where(uu > 0, shi, phi)
+    return Forward(vl, vh, pl, ph, wl, wh)
+
+
+def _check(dag, op, idx, a, b, lo, hi, wl, wh) -> None:
+    bad = None
+    why = ""
+    if op == DIV:
+        bad = ((wl[b] <= 0) & (wh[b] >= 0)).any(1)
+        why = "the denominator's range contains 0"
+    elif op == LOG:
+        bad = (wl[a] <= 0).any(1)
+        why = "log of an argument whose range reaches 0 or below"
+    elif op == SQRT:
+        bad = (wl[a] < 0).any(1)
+        why = "sqrt of an argument whose range goes below 0"
+    elif op == TAN:
+        bad = torch.isinf(lo).any(1)
+        why = "tan of an argument whose range contains a pole"
+    if bad is None or not bool(bad.any()):
+        bad = (torch.isinf(lo) | torch.isinf(hi) | torch.isnan(lo) | torch.isnan(hi)).any(1)
+        why = "the value range overflows binary64"
+    if bool(bad.any()):
+        k = int(idx[bad.nonzero()[0, 0]])
+        raise InputError(f"{dag.name}: {dag.label(k)}: {why} over the input box; "
+                         "narrow the input ranges")
+
+
+__all__ = ["Forward", "Groups", "below_pow2", "forward", "make_groups", "nonpositive_subs", "rounding_magnitude"]
