@@ -61,8 +61,7 @@ def _torch_sparse_bytes(sparse: torch.nn.Module, opt: torch.optim.Optimizer) -> 
 
 
 def _kraken_bytes(sparse: DynamicEmbeddingCollection) -> int:
-    pending = sum(e.numel() * e.element_size() * 2 for _, _, e in sparse._pending)  # touched rows + their grads
-    return sparse.memory()["all"]["total"] + pending
+    return sparse.memory()["all"]["total"] + sparse.pending_bytes()  # + touched rows and their grads
 
 
 class SyntheticSource:

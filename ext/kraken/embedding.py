@@ -21,6 +21,10 @@ does not need the vocabulary up front, and two IDs never share a row:
   touched rows into a small leaf tensor, autograd fills its gradient, and
   :meth:`apply_gradients` updates exactly those rows with a
   :class:`~torchhpc.ext.kraken.optim.SparseOptimizer` (fused Triton kernel on CUDA).
+  On the Triton backend with row-wise AdaGrad (one store, one pooling mode) there is no gathered
+  copy: ``forward`` pools straight from the store with one ``tbe_pool`` launch, its backward only
+  records the output gradient, and :meth:`apply_gradients` runs the backward fused with the
+  row-wise AdaGrad step of every touched row as one ``tbe_backward_rowwise_adagrad`` launch.
 * **Deltas.** Rows changed since the last :meth:`export_delta` are tracked, so a
   checkpoint or a serving replica receives only those (:meth:`apply_delta`).
 
@@ -476,6 +480,48 @@ class DynamicTable:
             self.opt_steps, self.evictions, self.admissions = (int(x) for x in delta["counters"])
 
 
+class _TBEStep:
+    """One training forward pooled by :func:`~torchhpc.triton_kernels.kraken.tbe_pool`, waiting for its
+    fused backward + row-wise AdaGrad step in :meth:`DynamicEmbeddingCollection.apply_gradients`.
+
+    ``rows (nnz,)`` is the store row of every value (``-1``: no row), ``offsets (K*B + 1,)`` the bags of
+    every feature (both int64); ``grad_out (K*B, D)`` is filled (summed over backwards) by
+    :class:`_TableBatchedPool`'s backward, ``None`` until then."""
+
+    __slots__ = ("store", "rows", "offsets", "mean", "psw", "grad_out")
+
+    def __init__(self, store: RowStore, rows: torch.Tensor, offsets: torch.Tensor, mean: bool,
+                 psw: torch.Tensor | None):
+        self.store, self.rows, self.offsets, self.mean, self.psw = store, rows, offsets, mean, psw
+        self.grad_out: torch.Tensor | None = None
+
+    def nbytes(self) -> int:
+        """What the pending step holds beyond the store: rows, offsets, weights and the output gradient."""
+        ts = [self.rows, self.offsets, self.psw, self.grad_out]
+        return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
+
+class _TableBatchedPool(torch.autograd.Function):
+    """Every bag of every feature pooled from the store in one ``tbe_pool`` launch (no gathered copy).
+
+    The store is not a leaf of the graph: ``anchor`` (an empty tensor that requires grad) makes the
+    output require grad, and the backward only records ``grad_out`` in ``record`` for
+    :meth:`DynamicEmbeddingCollection.apply_gradients`, returning no gradient to anything."""
+
+    @staticmethod
+    def forward(ctx, anchor, weight, record: _TBEStep):
+        from torchhpc.triton_kernels import kraken as K
+
+        ctx.record = record
+        return K.tbe_pool(weight, record.rows, record.offsets, record.mean, record.psw)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        rec = ctx.record
+        rec.grad_out = grad_out if rec.grad_out is None else rec.grad_out + grad_out
+        return None, None, None
+
+
 class DynamicEmbeddingCollection(nn.Module):
     """Pooled embeddings of a ``KeyedJaggedTensor`` of raw IDs through dynamic tables.
 
@@ -523,9 +569,10 @@ class DynamicEmbeddingCollection(nn.Module):
         self.device_ = torch.device(device)
         self.backend = backend
         self.batched = True  # the table-batched compiled pass where it can run (False: the reference ops)
+        self.tbe = True  # the table-batched Triton step where it applies (False: gather + per-op kernels)
         self.lookup_passes = {"batched": 0, "reference": 0}  # which lookup ran, per forward
         self.iteration = 0
-        self._pending: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        self._pending: list[tuple[object, torch.Tensor, torch.Tensor] | _TBEStep] = []  # steps for apply_gradients
 
     # ------------------------------------------------------------------ forward
     def _check_kjt(self, kjt) -> None:
@@ -608,13 +655,19 @@ class DynamicEmbeddingCollection(nn.Module):
             value_offsets.append(value_offsets[-1] + sum(per_feature[i:i + len(cfg.features)]))
             i += len(cfg.features)
         rows, uoff, inv = self._lookup(values, value_offsets, step)
-        hit = rows >= 0
         weights = kjt.weights_or_none()
         weights = weights.to(self.device_) if weights is not None else None
         modes = {c.pooling for c in self.configs.values()}
         if len(self.stores) == 1 and len(modes) == 1 and not kjt.variable_stride_per_key():
-            # one gather from the store, one pooling over every feature of the batch
             store = next(iter(self.stores.values()))
+            if self._uses_tbe(store, weights):
+                # every bag of every feature in one launch, straight from the store
+                out = self._tbe_forward(store, rows, inv, kjt.offsets(), next(iter(modes)), weights, training)
+                K, B, D = len(self.feature_names), kjt.stride(), store.dim
+                return KeyedTensor(keys=self.feature_names, length_per_key=[D] * K,
+                                   values=out.view(K, B, D).transpose(0, 1).reshape(B, K * D))
+            # one gather from the store, one pooling over every feature of the batch
+            hit = rows >= 0
             rows_hit = rows[hit]
             emb = store.weight[rows_hit].detach()
             if training:
@@ -628,6 +681,7 @@ class DynamicEmbeddingCollection(nn.Module):
             return KeyedTensor(keys=self.feature_names, length_per_key=[D] * K,
                                values=out.view(K, B, D).transpose(0, 1).reshape(B, K * D))
         # tables of several dims or pooling modes: gather and pool table by table
+        hit = rows >= 0
         pooled: dict[str, torch.Tensor] = {}
         jts = kjt.to_dict()
         for t, table in enumerate(self.tables.values()):
@@ -644,14 +698,70 @@ class DynamicEmbeddingCollection(nn.Module):
                                         self.backend))
         return KeyedTensor.from_tensor_list(self.feature_names, [pooled[f] for f in self.feature_names])
 
+    def _uses_tbe(self, store: RowStore, weights: torch.Tensor | None) -> bool:
+        """Whether the step of one store and one pooling mode runs the table-batched Triton kernels:
+        row-wise AdaGrad, ``backend`` resolving to ``triton``, fp32 rows of at most 1024 columns (the fused
+        update holds a row in one block) and per-sample weights, if any, that need no gradient."""
+        from torchhpc.ext.core.dispatch import resolve_backend
+
+        return (self.tbe and self.optimizer.kind == "rowwise_adagrad" and store.dim <= 1024
+                and store.weight.dtype == torch.float32 and store.state["v"].dtype == torch.float32
+                and (weights is None or not weights.requires_grad)
+                and resolve_backend(self.backend, self.device_) == "triton")
+
+    def _tbe_forward(self, store: RowStore, rows: torch.Tensor, inv: torch.Tensor, offsets: torch.Tensor,
+                     mode: str, weights: torch.Tensor | None, training: bool) -> torch.Tensor:
+        """``(K*B, D)``: every bag pooled from the store by one ``tbe_pool`` launch; in training, through
+        :class:`_TableBatchedPool`, whose backward leaves ``grad_out`` for :meth:`apply_gradients`."""
+        from torchhpc.triton_kernels import kraken as K
+
+        record = _TBEStep(store, rows.long()[inv], offsets.to(self.device_, torch.int64), mode == "mean", weights)
+        if not training:
+            return K.tbe_pool(store.weight, record.rows, record.offsets, record.mean, record.psw)
+        anchor = torch.empty(0, device=self.device_, requires_grad=True)
+        out = _TableBatchedPool.apply(anchor, store.weight, record)
+        self._pending.append(record)
+        return out
+
+    def _tbe_update(self, rec: _TBEStep, scale: float) -> int:
+        """The recorded step's backward fused with row-wise AdaGrad on every touched row (one launch, in
+        place: ``store.weight`` and the row-wise state ``store.state["v"]`` with the optimizer's lr and
+        eps), then what :meth:`apply_gradients` does after any step: dirty rows, step counters."""
+        from torchhpc.triton_kernels import kraken as K
+
+        store = rec.store
+        g = rec.grad_out
+        if g is None:  # the output took no part in the loss: a step with zero gradients, as the gather path
+            g = torch.zeros((rec.offsets.numel() - 1, store.dim), dtype=store.weight.dtype, device=store.device)
+        g = g * scale if scale != 1.0 else g
+        touched = K.tbe_backward_rowwise_adagrad(g.to(store.weight.dtype), store.weight, store.state["v"],
+                                                 rec.rows, rec.offsets, self.optimizer.lr, self.optimizer.eps,
+                                                 rec.mean, rec.psw)
+        store.dirty[touched] = True
+        for t in self.tables.values():  # one optimizer step of every table of the store (as the gather path)
+            if t.store is store:
+                t.opt_steps += 1
+        return touched.numel()
+
+    def pending_bytes(self) -> int:
+        """Bytes the steps waiting for :meth:`apply_gradients` hold beyond the tables (gathered rows and
+        their gradients, or the table-batched step's rows, offsets and output gradient)."""
+        return sum(p.nbytes() if isinstance(p, _TBEStep) else p[2].numel() * p[2].element_size() * 2
+                   for p in self._pending)
+
     @torch.no_grad()
     def apply_gradients(self, scale: float = 1.0) -> int:
         """Sparse optimizer step on every row the last training forward touched; returns rows updated.
 
         Every training step counts as one optimizer step of every table (Adam's bias correction); the
-        rows of all tables of one :class:`RowStore` are updated in one step."""
+        rows of all tables of one :class:`RowStore` are updated in one step (on the table-batched Triton
+        path, one launch that is also the backward)."""
         n = 0
-        for owner, rows, emb in self._pending:
+        for entry in self._pending:
+            if isinstance(entry, _TBEStep):
+                n += self._tbe_update(entry, scale)
+                continue
+            owner, rows, emb = entry
             g = emb.grad if emb.grad is not None else torch.zeros_like(emb)
             g = g * scale if scale != 1.0 else g
             if isinstance(owner, DynamicTable):  # one table's rows (tables pooled one by one)
