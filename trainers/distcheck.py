@@ -29,8 +29,9 @@ def run_rank(opts: DistcheckOptions) -> int:
 
 def launch(opts: DistcheckOptions) -> int:
     """``torchhpc distcheck``: the same checks on ``opts.nproc`` local ranks."""
-    from torchhpc.ext.core.launch import torchrun
+    from torchhpc.ext.core.launch import check_device, torchrun
 
+    check_device(opts)  # a missing GPU is one line here, not every rank's traceback
     return torchrun("torchhpc.trainers.distcheck", opts.nproc,
                     ["--device", opts.device, "--timeout", repr(opts.timeout)])
 

@@ -54,6 +54,7 @@ import torch
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.hostsync import HostBudget
 
 from .blocks import (
     BUFFERS_PER_TRIPLE,
@@ -67,6 +68,15 @@ from .blocks import (
 from .config import DEFAULT_MAX_MEMORY_MB
 from .distributed import triples_energy_distributed
 from .slices import triples_energy_out_of_core
+
+#: Host work of the CUDA paths (``tests/test_gpu_budgets.py``): the torch path reads each block's triples
+#: back (``idx.tolist()``) and launches ~25 small ops per block; the fused kernel is one launch, after the
+#: input checks (one ``item`` each).
+GPU_BUDGETS = {
+    "torch": HostBudget("block", syncs=1, launches=31, fixed_syncs=1, fixed_launches=11,
+                        why="idx.tolist() per block; GEMMs and copies per triple"),
+    "triton": HostBudget("call", syncs=10, launches=40, why="the input checks' item(); one kernel launch"),
+}
 
 
 def triples_flops(nocc: int, nvir: int) -> float:

@@ -79,6 +79,33 @@ class HostWork:
         return f"{self.syncs} syncs ({top(self.sync_ops, 99)}); {self.launches} launches ({top(self.launch_ops, 6)})"
 
 
+@dataclasses.dataclass(frozen=True)
+class HostBudget:
+    """What a GPU code path may ask of the host per unit of work (a strand, a block, a field, a step).
+
+    Declared beside the path (``GPU_BUDGETS`` in the system's module) and enforced by
+    ``tests/test_gpu_budgets.py``, which runs the CUDA code path on CPU tensors under
+    :func:`count_host_work` and divides by the units of work it did.
+    """
+
+    unit: str
+    syncs: float
+    launches: float
+    why: str = ""
+    fixed_syncs: int = 0
+    """Syncs once per call, whatever the units (set-up, input checks)."""
+    fixed_launches: int = 0
+
+    def check(self, work: HostWork, units: float, what: str, calls: int = 1) -> None:
+        """Raise ``AssertionError`` naming ``what`` when ``work`` (``calls`` calls doing ``units`` units of work
+        in all) is over the budget."""
+        syncs = self.syncs * units + self.fixed_syncs * calls
+        launches = self.launches * units + self.fixed_launches * calls
+        if work.syncs > syncs or work.launches > launches:
+            raise AssertionError(f"{what}: {work.syncs} syncs and {work.launches} launches for {units:g} "
+                                 f"{self.unit}(s), budget {syncs:g} and {launches:g}: {work.summary()}")
+
+
 class _Counting(TorchDispatchMode):
     def __init__(self, work: HostWork) -> None:
         super().__init__()
@@ -164,4 +191,4 @@ def _patch_triton_launches(work: HostWork) -> list[tuple[type, str, object]]:
     return saved
 
 
-__all__ = ["HostWork", "count_host_work"]
+__all__ = ["HostBudget", "HostWork", "count_host_work"]

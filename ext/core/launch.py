@@ -62,14 +62,30 @@ def relaunch(options: Any, module: str, nproc: int, argv: Sequence[str] = (), *,
 
     Raises:
         ConfigError: ``nproc`` below 1.
+        InputError: the options ask for a device this machine does not have (before any rank starts).
         JobError: the job failed; its one line.
     """
     from .config import dump_config
 
+    check_device(options)
     with tempfile.TemporaryDirectory(prefix="torchhpc-launch-") as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(dump_config(options))
         return torchrun(module, nproc, [*argv, "--config", str(path)], grace_s=grace_s, quiet=quiet)
+
+
+def check_device(options: Any) -> None:
+    """Refuse, in this process and in one line, a device the ranks could not use (``cuda`` on a machine
+    without one): the ``dist.device`` (or ``device``) of ``options``.
+
+    Raises:
+        InputError: from :func:`~torchhpc.ext.core.device.pick_device`.
+    """
+    device = getattr(getattr(options, "dist", None), "device", None) or getattr(options, "device", None)
+    if isinstance(device, str):
+        from .device import pick_device
+
+        pick_device(device)
 
 
 def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: float = 10.0, quiet: bool = False) -> int:
@@ -210,4 +226,4 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-__all__ = ["JobError", "job_error_line", "relaunch", "stop_job", "torchrun", "torchrun_command"]
+__all__ = ["JobError", "check_device", "job_error_line", "relaunch", "stop_job", "torchrun", "torchrun_command"]

@@ -27,8 +27,17 @@ import torch
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.hostsync import HostBudget
 
 PoolingMode = Literal["sum", "mean"]
+
+
+#: Host work of the table-batched CUDA step (pooling + fused backward with row-wise AdaGrad) per training
+#: step (``tests/test_gpu_budgets.py``): the backward groups the values by row with ``nonzero`` and
+#: ``unique`` on the host's behalf.
+GPU_BUDGETS = {
+    "tbe_step": HostBudget("step", syncs=2, launches=16, why="nonzero + unique to group values by row"),
+}
 
 
 def check_bags(

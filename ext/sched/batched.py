@@ -38,12 +38,21 @@ import torch
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.hostsync import HostBudget
 
 from . import batched_kernels
 from .simulator import BACKFILL_MODES, BSLD_THRESHOLD
 from .swf import SchedTrace
 
 _INF = 1 << 62
+
+
+#: Host work of the torch path (the one CUDA would run) per decision step of a batch of windows
+#: (``tests/test_gpu_budgets.py``, 4 windows of 64 jobs): the schedule's bookkeeping reads the state back.
+GPU_BUDGETS = {
+    "schedule": HostBudget("decision step", syncs=14, launches=96, why="no backfilling"),
+    "schedule_easy": HostBudget("decision step", syncs=82, launches=705, why="EASY backfilling, per-event loops"),
+}
 
 
 class BatchedClusterSimulator:

@@ -26,9 +26,17 @@ import torch
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.hostsync import HostBudget
 
 from .config import BACKENDS
 from .seeds import seed_keys
+
+#: Host work of the CUDA filter per strand on the budget test's 4 kbp pair (``tests/test_gpu_budgets.py``):
+#: rounds are driven from Python, with boolean-mask indexing between the two kernel launches of a round.
+#: SegAlign's design (a persistent kernel that owns diagonals) is the GPU issue's target.
+GPU_BUDGETS = {
+    "filter": HostBudget("strand", syncs=36, launches=332, why="Python-driven rounds, boolean masks per round"),
+}
 
 
 def xdrop_extend_torch(

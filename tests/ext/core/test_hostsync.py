@@ -56,3 +56,20 @@ def test_triton_launches_are_one_each_however_the_interpreter_works(monkeypatch)
     assert w.launch_ops["triton:_lorenzo_quantize_kernel"] == 2
     assert w.syncs == 0
     assert w.launches == 2 + 2  # the kernels and the two 1-element fills holding 1 / (2 e)
+
+
+def test_a_budget_counts_per_unit_plus_a_fixed_part():
+    """HostBudget allows syncs * units + fixed_syncs per call (likewise launches) and names what went over."""
+    import pytest
+
+    from torchhpc.ext.core.hostsync import HostBudget
+
+    x = torch.arange(8.0)
+    with count_host_work() as w:
+        for i in range(4):
+            x[i].item()
+        x.sum().item()
+    budget = HostBudget("row", syncs=1, launches=2, fixed_syncs=1, fixed_launches=1)
+    budget.check(w, 4, "rows")
+    with pytest.raises(AssertionError, match="rows: 5 syncs and 1 launches for 3 row"):
+        budget.check(w, 3, "rows")

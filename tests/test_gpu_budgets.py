@@ -1,0 +1,116 @@
+"""Each GPU path keeps its declared budget of host syncs and launches per unit of work.
+
+The CUDA code path runs here on CPU tensors (Triton kernels interpreted, ``backend="triton"`` where the
+path dispatches on it) under :func:`torchhpc.ext.core.hostsync.count_host_work`; the counts are divided by
+the units of work done and checked against ``GPU_BUDGETS`` in the system's module.  A change that adds a
+sync or launches to a GPU path fails here on the CPU machine, before any GPU sees it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchhpc.ext.core.hostsync import count_host_work
+
+
+def test_foresight_codec_per_field():
+    """Encoding and decoding one field on the Triton path: within foresight's budget per field."""
+    from torchhpc.ext.foresight.ops import GPU_BUDGETS, lorenzo_decode, lorenzo_encode
+
+    fields = [torch.randn(8, 9, 10, generator=torch.Generator().manual_seed(s)).cumsum(2) for s in range(3)]
+    encoded = []
+    with count_host_work() as enc:
+        for x in fields:
+            encoded.append(lorenzo_encode(x, 1e-2, backend="triton", predictor="lorenzo"))
+    GPU_BUDGETS["lorenzo_encode"].check(enc, len(fields), "foresight encode")
+    assert enc.launch_ops["triton:_lorenzo_quantize_kernel"] == len(fields)
+    with count_host_work() as dec:
+        decoded = [lorenzo_decode(sections, tuple(x.shape), x.dtype, 1e-2)
+                   for x, (_, sections) in zip(fields, encoded, strict=True)]
+    GPU_BUDGETS["lorenzo_decode"].check(dec, len(fields), "foresight decode")
+    assert all(float((y - x).abs().max()) <= 1e-2 * (1 + 1e-9) for x, y in zip(fields, decoded, strict=True))
+
+
+def test_segalign_filter_per_strand(tmp_path):
+    """The Triton filter on both strands of a 4 kbp pair: within segalign's budget per strand."""
+    from torchhpc.ext.segalign.align import find_hsps
+    from torchhpc.ext.segalign.config import AlignConfig
+    from torchhpc.ext.segalign.fasta import read_fasta
+    from torchhpc.ext.segalign.ops import GPU_BUDGETS
+    from torchhpc.ext.segalign.simulate import simulate_pair
+
+    simulate_pair(4000, seed=3).write(tmp_path / "t.fa", tmp_path / "q.fa")
+    t, q = read_fasta(tmp_path / "t.fa"), read_fasta(tmp_path / "q.fa")
+    with count_host_work() as work:
+        hsps, stats = find_hsps(t, q, AlignConfig(gapped=False, backend="triton"))
+    assert stats["backend"] == "triton" and sum(len(h) for h in hsps.values()) > 0
+    GPU_BUDGETS["filter"].check(work, 2, "segalign filter")
+
+
+def test_ccsdt_paths_per_block():
+    """The blocked torch path (one triple a block, as on a GPU) and the fused kernel: within ccsdt's budgets."""
+    from torchhpc.ext.ccsdt import triples_energy
+    from torchhpc.ext.ccsdt.ops import GPU_BUDGETS, occupied_triples, triples_energy_torch
+    from torchhpc.ext.ccsdt.reference import random_inputs
+
+    args = random_inputs(4, 6, seed=1)
+    blocks = occupied_triples(4)[0].shape[0]
+    with count_host_work() as work:
+        e_torch = triples_energy_torch(*args, block_triples=1, num_threads=1)
+    GPU_BUDGETS["torch"].check(work, blocks, "ccsdt torch path")
+    with count_host_work() as work:
+        e_triton = triples_energy(*args, backend="triton")
+    GPU_BUDGETS["triton"].check(work, 1, "ccsdt fused kernel")
+    assert work.launch_ops["triton:_triples_energy_kernel"] == 1
+    assert e_triton == pytest.approx(e_torch, rel=1e-12)
+
+
+def test_kraken_table_batched_step():
+    """One pooling launch and one fused backward + AdaGrad launch per step, within kraken's budget."""
+    from torchhpc.ext.kraken.ops import GPU_BUDGETS
+    from torchhpc.triton_kernels.kraken import tbe_backward_rowwise_adagrad, tbe_pool
+
+    g = torch.Generator().manual_seed(0)
+    K, B, N, D = 3, 8, 50, 16
+    lengths = torch.randint(0, 4, (K * B,), generator=g)
+    offsets = torch.zeros(K * B + 1, dtype=torch.int64)
+    offsets[1:] = lengths.cumsum(0)
+    rows = torch.randint(-1, K * N, (int(offsets[-1]),), generator=g)
+    store, v = torch.randn(K * N, D, generator=g), torch.zeros(K * N)
+    steps = 3
+    with count_host_work() as work:
+        for _ in range(steps):
+            out = tbe_pool(store, rows, offsets)
+            tbe_backward_rowwise_adagrad(torch.ones_like(out), store, v, rows, offsets, 0.1, 1e-8)
+    GPU_BUDGETS["tbe_step"].check(work, steps, "kraken table-batched step")
+    assert work.launch_ops["triton:_tbe_pool_kernel"] == steps
+
+
+@pytest.mark.parametrize("mode,budget", [("none", "schedule"), ("easy", "schedule_easy")])
+def test_sched_batched_simulator_per_decision_step(mode, budget):
+    """The batched simulator's torch path (what CUDA runs) over 4 windows: within sched's budget per step."""
+    import numpy as np
+
+    from torchhpc.ext.sched.batched import GPU_BUDGETS, BatchedClusterSimulator
+    from torchhpc.ext.sched.swf import SchedTrace
+
+    rng = np.random.default_rng(1)
+    n, total = 400, 8
+    arr = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
+    run = rng.choice([10, 20, 30], n)
+    trace = SchedTrace(name="ties", procs_total=total, job_id=np.arange(1, n + 1),
+                       submit=arr(np.sort(rng.integers(0, n * 6, n))), run=arr(run),
+                       req_time=arr(run + rng.choice([0, 0, 10], n)), procs=arr(rng.integers(1, total + 1, n)),
+                       req_mem=-np.ones(n), user=-np.ones(n), group=-np.ones(n), executable=-np.ones(n),
+                       max_run_time=60.0)
+    sim = BatchedClusterSimulator(trace, mode, backend="torch")
+    sim.reset([0, 40, 90, 150], 64)
+    g = torch.Generator().manual_seed(0)
+    steps = 0
+    with count_host_work() as work:
+        while not bool(sim.done.all()):
+            sim.schedule(sim.random_valid(g))
+            steps += 1
+    assert steps >= 16
+    GPU_BUDGETS[budget].check(work, steps, f"sched batched simulator ({mode})")
