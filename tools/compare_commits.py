@@ -100,7 +100,7 @@ def run_case(name: str, tree: Path, pythonpath: Path, work: Path) -> dict[str, o
     cmd, outputs = CASES[name]
     work.mkdir(parents=True)
     (work / "configs").symlink_to(tree / "configs", target_is_directory=True)
-    env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(pythonpath), OMP_NUM_THREADS="1", TMPDIR=str(work))  # torchrun's logs too
     res = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                          timeout=900)
     if res.returncode != 0:
