@@ -1,9 +1,11 @@
 """The shared core every system stands on.
 
-errors (one-line user errors), config (options as documented dataclasses, YAML), cli (flags and
---help generated from those dataclasses; the end of every entry point), runs (run folders,
-atomic checkpoints, the run id agreed across torchrun ranks), dispatch (which backend runs),
-device and distributed (torchrun set-up), bench (the benchmark harness).
+errors (one-line user errors and warnings), config (options as documented dataclasses, YAML, the
+shared ``dist`` section), cli (flags and --help generated from those dataclasses; the end of every
+entry point), runs (run folders, atomic checkpoints, the newest intact one, the run id agreed across
+torchrun ranks), launch (relaunching a command's job under torchrun), dispatch (which backend runs),
+device and distributed (torchrun set-up, rank helpers), hostsync (host syncs and launches of a GPU
+path, counted on the CPU), data (where the shared test data lives), bench (the benchmark harness).
 
 Names are imported lazily, so that ``torchhpc --help`` and config checks do not pay for importing torch.
 """
@@ -15,8 +17,14 @@ from typing import Any
 
 _EXPORTS = {
     "ConfigError": "errors", "DistributedError": "errors", "InputError": "errors", "TorchHPCError": "errors",
+    "warn": "errors",
+    "DistOptions": "config", "Options": "config",
     "add_config_arguments": "config", "describe": "config", "dump_config": "config", "load_config": "config",
     "option": "config",
+    "JobError": "launch", "relaunch": "launch", "torchrun": "launch",
+    "HostBudget": "hostsync", "count_host_work": "hostsync",
+    "shared_data_dir": "data",
+    "checkpoint_files": "runs", "newest_intact": "runs", "torchrun_rank": "distributed",
     "pick_device": "device",
     "DistContext": "distributed", "distributed": "distributed", "init_distributed": "distributed",
     "launched_by_torchrun": "distributed", "teardown_distributed": "distributed",
