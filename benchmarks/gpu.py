@@ -56,11 +56,11 @@ class Step:
 
 
 STEPS = [
-    Step("kernels", 100, True, "every Triton kernel test compiled on the GPU, against its torch twin"),
+    Step("kernels", 110, True, "every Triton kernel test compiled on the GPU, against its torch twin"),
     Step("segalign", 120, True, "torchhpc align (CUDA / all cores) against LASTZ on one core, whole and filter"),
-    Step("ccsdt", 45, True, "E(T), o=20 v=120, FP64: fused Triton kernel and torch path, TFLOP/s"),
-    Step("foresight", 60, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3"),
-    Step("kraken", 40, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
+    Step("ccsdt", 40, True, "E(T), o=20 v=120, FP64: fused Triton kernel and torch path, TFLOP/s"),
+    Step("foresight", 55, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3"),
+    Step("kraken", 35, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
     Step("sched", 30, True, "the batched simulator on CUDA against the compiled CPU path"),
     Step("symnmf", 45, True, "Gauss-Newton SymNMF, SBM n = 100,000, k = 10: CUDA against all cores"),
     Step("pliner", 30, True, "PLiNER on real TF32: ops found and runs"),
@@ -162,15 +162,17 @@ def step_ccsdt(device: str, work: Path) -> list[dict]:
     return rows
 
 
+def _benchmark_rows(system: str, args: list[str], work: Path) -> list[dict]:
+    """Run ``benchmarks/<system>.py ARGS --out WORK`` and return the rows of the JSON files it wrote."""
+    res = subprocess.run([PY, f"benchmarks/{system}.py", *args, "--out", str(work)], capture_output=True,
+                         text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
+    _check(res, f"benchmarks/{system}.py")
+    return [row for f in sorted((work / system).glob("*.json")) for row in json.loads(f.read_text()).get("rows", [])]
+
+
 def step_foresight(device: str, work: Path) -> list[dict]:
-    res = subprocess.run([PY, "benchmarks/foresight.py", "--device", device, "--size", "256", "--repeats", "2",
-                          "--bounds", "1e-2", "1e-3", "--out", str(work)], capture_output=True, text=True, cwd=REPO,
-                         stdin=subprocess.DEVNULL, timeout=600)
-    _check(res, "benchmarks/foresight.py")
-    rows = []
-    for f in sorted((work / "foresight").glob("*.json")):
-        rows += json.loads(f.read_text()).get("rows", [])
-    return rows
+    return _benchmark_rows("foresight", ["--device", device, "--size", "256", "--repeats", "2",
+                                         "--bounds", "1e-2", "1e-3"], work)
 
 
 def step_kraken(device: str, work: Path) -> list[dict]:
@@ -224,14 +226,8 @@ def _kraken_case(K: int, B: int, N: int, D: int, L: int, device: str) -> dict:
 
 
 def step_sched(device: str, work: Path) -> list[dict]:
-    res = subprocess.run([PY, "benchmarks/sched.py", "--device", device, "--skip-ppo", "--repeats", "1",
-                          "--windows", "256", "--sim-decisions", "2000", "--out", str(work)], capture_output=True,
-                         text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
-    _check(res, "benchmarks/sched.py")
-    rows = []
-    for f in sorted((work / "sched").glob("*.json")):
-        rows += json.loads(f.read_text()).get("rows", [])
-    return rows
+    return _benchmark_rows("sched", ["--device", device, "--skip-ppo", "--repeats", "1", "--windows", "256",
+                                     "--sim-decisions", "2000"], work)
 
 
 def step_symnmf(device: str, work: Path) -> list[dict]:
