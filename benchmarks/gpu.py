@@ -92,7 +92,8 @@ def _cores() -> int:
 def step_kernels(device: str, work: Path) -> list[dict]:
     junit = work / "kernels.xml"
     res = subprocess.run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/triton_kernels",
-                          "--deselect", "tests/triton_kernels/test_sm90.py", f"--junitxml={junit}"],
+                          "tests/test_gpu_paths.py", "--deselect", "tests/triton_kernels/test_sm90.py",
+                          f"--junitxml={junit}"],
                          capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=600)
     import xml.etree.ElementTree as ET
 
@@ -103,7 +104,7 @@ def step_kernels(device: str, work: Path) -> list[dict]:
               or tc.find("error") is not None]
     skipped = sorted({(tc.find("skipped").get("message") or "")[:80] for tc in suite.iter("testcase")
                       if tc.find("skipped") is not None})
-    return [{"name": "kernel tests compiled", "passed": n - f - e - s, "failed": f + e, "skipped": s,
+    return [{"name": "kernel and GPU-path tests compiled", "passed": n - f - e - s, "failed": f + e, "skipped": s,
              "failed_tests": failed[:10], "skip_reasons": skipped, "exit": res.returncode}]
 
 

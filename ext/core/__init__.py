@@ -5,7 +5,8 @@ shared ``dist`` section), cli (flags and --help generated from those dataclasses
 entry point), runs (run folders, atomic checkpoints, the newest intact one, the run id agreed across
 torchrun ranks), launch (relaunching a command's job under torchrun), dispatch (which backend runs),
 device and distributed (torchrun set-up, rank helpers), hostsync (host syncs and launches of a GPU
-path, counted on the CPU), data (where the shared test data lives), bench (the benchmark harness).
+path, counted on the CPU), data (where the shared test data lives), paths (inputs and outputs checked before work starts; text read
+plain or gzipped with any line ending), bench (the benchmark harness).
 
 Names are imported lazily, so that ``torchhpc --help`` and config checks do not pay for importing torch.
 """
@@ -24,6 +25,7 @@ _EXPORTS = {
     "JobError": "launch", "relaunch": "launch", "torchrun": "launch",
     "HostBudget": "hostsync", "count_host_work": "hostsync",
     "shared_data_dir": "data",
+    "check_input": "paths", "check_output": "paths", "open_text": "paths",
     "checkpoint_files": "runs", "newest_intact": "runs", "torchrun_rank": "distributed",
     "pick_device": "device",
     "DistContext": "distributed", "distributed": "distributed", "init_distributed": "distributed",

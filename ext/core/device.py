@@ -1,4 +1,10 @@
-"""Device choice: CUDA when present, else CPU."""
+"""Device choice: what ``--device auto`` means for a system, and a clear line when CUDA is missing.
+
+``auto`` is the device that was measured faster for the system's work, declared beside the system
+(``AUTO_DEVICE`` in its config module, with the measurement): ``"cuda"`` (CUDA when present, else the
+CPU) or ``"cpu"`` (the CPU even where a GPU is present, because the GPU path was measured slower).
+``docs/core/guide.md`` has the table.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,35 @@ import torch
 
 from .errors import InputError
 
+AUTO_CHOICES = ("cuda", "cpu")
 
-def pick_device(requested: str | torch.device | None = None) -> torch.device:
+
+def resolve_auto(requested: str | torch.device | None, auto: str = "cuda") -> str | torch.device | None:
+    """``requested`` with ``auto`` (or ``None``) replaced by ``"cpu"`` when the system's ``auto`` is the CPU.
+
+    For code that passes the device on as a string (to :func:`~torchhpc.ext.core.distributed.distributed`,
+    to torchrun's ranks): ``auto`` meaning "CUDA when present" is left for :func:`pick_device`.
+    """
+    if auto not in AUTO_CHOICES:
+        raise ValueError(f"auto must be one of {AUTO_CHOICES}; got {auto!r}")
+    if (requested is None or str(requested) == "auto") and auto == "cpu":
+        return "cpu"
+    return requested
+
+
+def pick_device(requested: str | torch.device | None = None, *, auto: str = "cuda") -> torch.device:
     """Return the device a job should run on.
 
     Args:
-        requested: ``None`` or ``"auto"`` picks ``cuda`` when available, else ``cpu``;
-            ``"cpu"``, ``"cuda"`` or ``"cuda:N"`` are taken as given.
+        requested: ``None`` or ``"auto"`` picks by ``auto``; ``"cpu"``, ``"cuda"`` or ``"cuda:N"``
+            are taken as given.
+        auto: the system's measured choice: ``"cuda"`` (CUDA when available, else the CPU) or ``"cpu"``.
 
     Raises:
         InputError: ``cuda`` was requested on a machine without a usable CUDA device,
             or the string is not a device name.
     """
+    requested = resolve_auto(requested, auto)
     if requested is None or str(requested) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -115,16 +115,18 @@ def torchrun_rank() -> tuple[int, int]:
 
 
 def init_distributed(
-    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0
+    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0, *,
+    auto: str = "cuda",
 ) -> DistContext:
     """Initialise the default process group from the torchrun environment.
 
     Args:
-        device: ``auto`` (CUDA if present), ``cpu`` or ``cuda``; with CUDA each process
-            takes ``cuda:LOCAL_RANK``.
+        device: ``auto``, ``cpu`` or ``cuda``; with CUDA each process takes ``cuda:LOCAL_RANK``.
         backend: ``gloo`` or ``nccl``; default gloo on CPU, NCCL on CUDA.
         timeout_s: collective timeout: a peer that died makes the others fail after this
             long instead of hanging.
+        auto: what ``auto`` means for the calling system (:func:`~torchhpc.ext.core.device.pick_device`):
+            ``cuda`` (CUDA if present) or ``cpu`` (measured faster).
 
     Returns:
         The :class:`DistContext`; a single-process context when not launched by torchrun.
@@ -133,13 +135,13 @@ def init_distributed(
         DistributedError: a malformed torchrun environment or a backend that does not fit the device.
     """
     if not launched_by_torchrun():
-        return DistContext(0, 1, 0, pick_device(device), None)
+        return DistContext(0, 1, 0, pick_device(device, auto=auto), None)
     rank, world = torchrun_rank()
     try:
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
     except ValueError as exc:
         raise DistributedError(f"malformed torchrun environment: {exc}") from None
-    dev = pick_device(device)
+    dev = pick_device(device, auto=auto)
     if dev.type == "cuda":
         dev = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)
@@ -175,14 +177,15 @@ def teardown_distributed() -> None:
 
 @contextlib.contextmanager
 def distributed(
-    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0
+    device: str | torch.device | None = None, backend: str | None = None, timeout_s: float = 300.0, *,
+    auto: str = "cuda",
 ) -> Iterator[DistContext]:
     """Context manager: :func:`init_distributed` on entry, :func:`teardown_distributed` on exit.
 
     On the way out without an error every rank first meets the others at a barrier, so no rank tears its
     connections down while a peer still sends on them; after an error the group is destroyed at once.
     """
-    ctx = init_distributed(device, backend, timeout_s)
+    ctx = init_distributed(device, backend, timeout_s, auto=auto)
     try:
         yield ctx
         if ctx.initialized and dist.is_initialized():  # the block may have torn the group down itself

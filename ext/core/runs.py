@@ -98,6 +98,28 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
 # ----------------------------------------------------------------------------- the run
 
 
+#: the command-line flag that continues a run (``--set run.resume=true`` in a config's terms)
+RESUME_FLAG = "--run.resume"
+
+
+def holds_a_run(folder: str | Path) -> bool:
+    """True when ``folder`` holds a run that did some work: its ``config.yaml`` and any of metrics,
+    a summary or a checkpoint.  A folder with only the config is what a job that failed at start left
+    (unreadable data, a bad option found by a rank); a new run with that id takes it over."""
+    folder = Path(folder)
+    if not (folder / "config.yaml").exists():
+        return False
+    if (folder / "metrics.jsonl").exists() or (folder / "summary.json").exists():
+        return True
+    ckpt = folder / "checkpoints"
+    return ckpt.is_dir() and any(ckpt.iterdir())
+
+
+def already_holds_a_run(folder: str | Path) -> str:
+    """The one-line refusal for a new run on a folder that :func:`holds_a_run`."""
+    return f"run folder {folder} already holds a run (pass {RESUME_FLAG} to continue it, or choose another run id)"
+
+
 def new_run_id() -> str:
     """A sortable, unique run id: ``YYYYmmdd-HHMMSS-xxxx``."""
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
@@ -117,7 +139,7 @@ class Run:
 
     Raises:
         InputError: ``resume`` on a run that does not exist, or a new run on a folder
-            that already holds one.
+            that already holds one (:func:`holds_a_run`: a folder a failed start left is taken over).
     """
 
     def __init__(
@@ -142,8 +164,8 @@ class Run:
         if resume:
             if not self.dir.is_dir():
                 raise InputError(f"cannot resume: run folder {self.dir} does not exist")
-        elif self.is_main and (self.dir / "config.yaml").exists():
-            raise InputError(f"run folder {self.dir} already holds a run (pass --resume to continue it)")
+        elif self.is_main and holds_a_run(self.dir):
+            raise InputError(already_holds_a_run(self.dir))
         if self.is_main:
             self.dir.mkdir(parents=True, exist_ok=True)
             if config is not None:
@@ -394,8 +416,8 @@ def open_run(system: str, config: Any, options: RunOptions, ctx: Any = None) -> 
         folder = Path(options.root) / system / run_id
         if options.resume and not folder.is_dir():
             problem = f"cannot resume: run folder {folder} does not exist"
-        elif not options.resume and (folder / "config.yaml").exists():
-            problem = f"run folder {folder} already holds a run (pass --resume to continue it)"
+        elif not options.resume and holds_a_run(folder):
+            problem = already_holds_a_run(folder)
     problem = agree(problem, ctx)
     if problem:
         raise InputError(problem)
@@ -442,5 +464,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "config_to_dict",
+    "holds_a_run",
     "new_run_id",
+    "RESUME_FLAG",
 ]

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
@@ -98,9 +99,12 @@ def compress_file(opts: CompressOptions) -> dict[str, Any]:
     import torch
 
     from torchhpc.ext.core.device import pick_device
+    from torchhpc.ext.core.paths import check_input, check_output
 
     from .compressors import get_compressor, save_compressed
 
+    check_input(opts.input, what="input")
+    check_output(opts.output, inputs=[opts.input], what="output")
     comp = get_compressor(opts.compressor)
     params = parse_params(opts.param)
     if comp.modes and not comp.fixed_mode(params):
@@ -115,17 +119,31 @@ def compress_file(opts: CompressOptions) -> dict[str, Any]:
     t0 = time.perf_counter()
     y = comp.decompress(c, xd.device).cpu()
     td = time.perf_counter() - t0
-    err = (y.to(torch.float64) - x.to(torch.float64)).abs()
-    nz = x != 0
+    finite = torch.isfinite(x)
+    err = (y.to(torch.float64) - x.to(torch.float64)).abs()[finite]  # NaN/inf are reported apart
+    nz = x[finite] != 0
     mb = x.numel() * x.element_size() / 1e6
     return {"input": str(opts.input), "field": field, "output": str(opts.output), "compressor": opts.compressor,
             "params": c.params if opts.compressor != "ours" else {k: v for k, v in c.params.items()},
             "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
             "bytes_in": x.numel() * x.element_size(), "bytes_out": Path(opts.output).stat().st_size,
-            "ratio": c.stats["ratio"], "max_abs_error": float(err.max()),
-            "max_rel_error": float((err[nz] / x.to(torch.float64).abs()[nz]).max()) if bool(nz.any()) else 0.0,
-            "abs_bound": c.stats.get("eb"), "patched": c.stats["patched"],
+            "ratio": c.stats["ratio"], "max_abs_error": float(err.max()) if err.numel() else 0.0,
+            "max_rel_error": float((err[nz] / x.to(torch.float64)[finite].abs()[nz]).max()) if bool(nz.any()) else 0.0,
+            "abs_bound": c.stats.get("eb"), "patched": c.stats["patched"], **nonfinite_report(x, y),
             "compress_MBps": mb / tc if tc > 0 else None, "decompress_MBps": mb / td if td > 0 else None}
+
+
+def nonfinite_report(x, y) -> dict[str, Any]:
+    """NaN and inf values of the original ``x``, counted apart from the error over the finite values, and
+    whether the restored ``y`` keeps each of them (same NaN positions, same infinities)."""
+    import torch
+
+    nan, inf = torch.isnan(x), torch.isinf(x)
+    n_nan, n_inf = int(nan.sum()), int(inf.sum())
+    if not (n_nan or n_inf):
+        return {}
+    kept = bool(torch.equal(torch.isnan(y), nan)) and bool(torch.equal(y[inf], x[inf]))
+    return {"nan_values": n_nan, "inf_values": n_inf, "nonfinite_kept": kept}
 
 
 def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
@@ -134,6 +152,16 @@ def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
     import torch
 
     from torchhpc.ext.core.device import pick_device
+    from torchhpc.ext.core.paths import check_input, check_output
+    from torchhpc.ext.core.runs import atomic_write_bytes
+
+    out = Path(opts.output)
+    if out.suffix != ".npy":
+        raise InputError(f"{out}: the restored array is written as .npy; name the output *.npy")
+    check_input(opts.input, what="input")
+    if opts.original is not None:
+        check_input(opts.original, what="--original")
+    check_output(out, inputs=[opts.input, opts.original], what="output")
 
     from .compressors import get_compressor, load_compressed
 
@@ -142,20 +170,25 @@ def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
     t0 = time.perf_counter()
     y = comp.decompress(c, pick_device(opts.device)).cpu()
     td = time.perf_counter() - t0
-    out = Path(opts.output)
-    if out.suffix != ".npy":
-        raise InputError(f"{out}: the restored array is written as .npy; name the output *.npy")
-    np.save(out, y.numpy())
     mb = y.numel() * y.element_size() / 1e6
     rep: dict[str, Any] = {"input": str(opts.input), "output": str(out), "compressor": c.compressor,
                            "params": c.params, "shape": list(y.shape), "dtype": c.dtype,
                            "ratio": c.stats.get("ratio"), "decompress_MBps": mb / td if td > 0 else None}
-    if opts.original is not None:
-        x = torch.from_numpy(np.load(opts.original))
+    if opts.original is not None:  # checked before anything is written: a failure leaves no output
+        try:
+            x = torch.from_numpy(np.load(opts.original, allow_pickle=False))
+        except (OSError, ValueError) as exc:
+            raise InputError(f"--original {opts.original}: not a .npy array ({exc})") from None
         if tuple(x.shape) != tuple(y.shape):
             raise InputError(f"shape mismatch: {opts.original} is {tuple(x.shape)}, the restored array "
                              f"{tuple(y.shape)}")
-        rep["max_abs_error"] = float((y.to(torch.float64) - x.to(torch.float64)).abs().max())
+        finite = torch.isfinite(x)
+        err = (y.to(torch.float64) - x.to(torch.float64)).abs()[finite]
+        rep["max_abs_error"] = float(err.max()) if err.numel() else 0.0
+        rep.update(nonfinite_report(x, y))
+    buf = io.BytesIO()
+    np.save(buf, y.numpy())
+    atomic_write_bytes(out, buf.getvalue())
     return rep
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from torchhpc.ext.core.config import ConfigError, load_config
 from torchhpc.ext.core.errors import DistributedError, InputError, TorchHPCError
-from torchhpc.ext.core.runs import newest_intact
+from torchhpc.ext.core.runs import already_holds_a_run, holds_a_run, newest_intact
 
 from .config import GemsConfig
 from .partition import BlockProfile
@@ -137,8 +137,8 @@ def check_job(cfg: GemsConfig, world: int) -> None:
         check_resume(cfg)
     elif cfg.run.run_id:
         folder = Path(cfg.run.root) / "gems" / cfg.run.run_id
-        if (folder / "config.yaml").exists():
-            raise InputError(f"run folder {folder} already holds a run (pass --run.resume to continue it)")
+        if holds_a_run(folder):
+            raise InputError(already_holds_a_run(folder))
 
 
 def _flat(obj, prefix: str = "") -> dict:

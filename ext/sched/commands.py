@@ -27,7 +27,7 @@ from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.launch import relaunch
 from torchhpc.ext.core.runs import Run, open_run
 
-from .config import EnvOptions, EvalCommandOptions, ExportOptions, HeuristicsOptions, SchedConfig
+from .config import AUTO_DEVICE, EnvOptions, EvalCommandOptions, ExportOptions, HeuristicsOptions, SchedConfig
 from .episodes import VecBatchScheduling
 from .evaluate import (
     draw_starts,
@@ -279,7 +279,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
 
     if cfg.dist.threads:
         torch.set_num_threads(cfg.dist.threads)
-    with distributed(device=cfg.dist.device, timeout_s=cfg.dist.timeout_s) as ctx:
+    with distributed(device=cfg.dist.device, timeout_s=cfg.dist.timeout_s, auto=AUTO_DEVICE) as ctx:
         rank, world, device = ctx.rank, ctx.world_size, ctx.device
         # ---------------------------------------------------------------- check, then open (or resume) the run
         trace = build_trace(cfg)

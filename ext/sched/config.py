@@ -128,6 +128,12 @@ class EvalOptions(Options):
     validate_seed: int = option(2020, help="seed of the held-out window draw", ge=0)
 
 
+#: what ``--device auto`` picks: the CPU. Measured on one H200 (2026-12-04, docs/core/results.md): the
+#: batched simulator's torch path on CUDA did not finish the benchmark's rows in 45 s, where the compiled
+#: CPU path makes 0.3-0.9 M decisions/s; the policy network is too small to gain from the GPU.
+AUTO_DEVICE = "cpu"
+
+
 @dataclass
 class SchedDist(DistOptions):
     """Where the training job runs: device, threads and torchrun ranks.
@@ -137,7 +143,7 @@ class SchedDist(DistOptions):
     """
 
     device: str = option("cpu", flag="--device", choices=["cpu", "cuda", "auto"],
-                         help="cpu | cuda | auto (the simulator is CPU-bound; cpu is usually best)")
+                         help="cpu | cuda | auto (the CPU: the simulator is CPU-bound and was measured faster there)")
     timeout_s: float = option(600.0, flag="--timeout-s", gt=0,
                               help="seconds a rank waits for its peers before the job fails")
 

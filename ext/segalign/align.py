@@ -26,7 +26,7 @@ from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.distributed import DistContext
 from torchhpc.ext.core.errors import InputError, warn
 
-from .config import BACKENDS, AlignConfig, PipelineOptions
+from .config import AUTO_DEVICE, BACKENDS, AlignConfig, PipelineOptions
 from .fasta import SequenceSet, read_fasta
 from .gapped import gapped_alignments, gapped_kernel
 from .ops import HSPs, remove_contained, ungapped_hsps, ungapped_hsps_fused
@@ -81,7 +81,7 @@ def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = Non
     """
     if device is None:
         device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
-    dev = pick_device(device)
+    dev = pick_device(device, auto=AUTO_DEVICE)
     backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
     gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by)
     return AlignPlan(dev, backend, gapped_by, ctx if ctx is not None else DistContext(0, 1, 0, dev, None))

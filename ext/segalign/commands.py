@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .config import AlignCommand
+from .config import AUTO_DEVICE, AlignCommand
 
 MODULE = "torchhpc.trainers.segalign"
 """The module torchrun runs for ``--nproc N`` (the command's ``python -m`` / ``torchrun -m`` entry)."""
@@ -44,7 +44,7 @@ def align(cmd: AlignCommand) -> int:
     if cmd.dist.threads:
         torch.set_num_threads(cmd.dist.threads)
     # under torchrun a rank that dies makes the others fail at the next collective (torchrun stops the job)
-    with distributed(device=cmd.dist.device, timeout_s=cmd.dist.timeout_s) as ctx:
+    with distributed(device=cmd.dist.device, timeout_s=cmd.dist.timeout_s, auto=AUTO_DEVICE) as ctx:
         plan = pipeline.plan_alignment(cmd, ctx.device, ctx)  # with CUDA under torchrun: cuda:LOCAL_RANK
         res = pipeline.align_files(cmd.target, cmd.query, cmd, plan=plan)
         if ctx.is_main:

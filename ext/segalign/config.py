@@ -40,7 +40,14 @@ GAPPED_BY = ("auto", "native", "numba", "numpy", "lastz")
 #: output formats of ``torchhpc align``
 FORMATS = ("maf", "maf-", "general", "segments")
 
-_DEVICE_HELP = "where seeding and the filter run: cpu, cuda[:N] or auto (CUDA when present)"
+#: what ``--device auto`` picks: the CPU. Measured on one H200 with its 16 cores (2026-12-04, two H. pylori
+#: genomes, docs/core/results.md): the whole alignment took 13.14 s on 16 CPU threads and 15.47 s with the
+#: filter on CUDA; the CUDA filter alone was 6.57 s against the CPU's 8.19 s, but the gapped stage waits
+#: for it there. Change it to "cuda" when a measurement of the whole alignment says so.
+AUTO_DEVICE = "cpu"
+
+_DEVICE_HELP = ("where seeding and the filter run: cpu, cuda[:N] or auto (the CPU: the whole alignment was "
+                "measured faster there than with the filter on CUDA)")
 
 
 @dataclass(frozen=True)

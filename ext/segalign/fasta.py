@@ -147,8 +147,11 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
         raise InputError(f"{path}: empty file (expected FASTA: '>name' then sequence lines)")
     if not data.lstrip().startswith(b">"):
         raise InputError(f"{path}: not FASTA (the first non-blank character must be '>')")
+    if b"\r" in data:  # CRLF (Windows) or CR-only (classic Mac) line endings
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     chunks = data.lstrip().split(b"\n>")
     names: list[str] = []
+    words: list[str] = []
     seqs: list[np.ndarray] = []
     for n, chunk in enumerate(chunks, start=1):
         header, _, body = chunk.partition(b"\n")
@@ -177,11 +180,32 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
             raise InputError(f"{path}: record {n} ({name!r}) position {p + 1}: ambiguous IUPAC code "
                              f"{chr(seq[p])!r} (use --ambiguous=iupac to accept B,D,H,K,M,R,S,V,W,Y)")
         names.append(name)
+        words.append(word)
         seqs.append((seq, codes))
+    names = _distinct_names(names, words, path)
     out = _assemble(names, seqs, path, ambiguous)
     # LASTZ starts no seed in lowercase (soft-masked) bases: a file without one uppercase base aligns to nothing
     out.meta["all_soft_masked"] = not any(bool(_UPPER[s].any()) for s, _ in seqs)
     return out
+
+
+def _distinct_names(names: list[str], words: list[str], path: str) -> list[str]:
+    """Record names as LASTZ shortens them, unless that makes two alike: then those records keep their
+    whole first word (">gi|383749063|ref|..." stays itself when another record is also "gi|...").
+    Two records whose whole first words are equal are an error: their alignments could not be told
+    apart in the output."""
+    first: dict[str, int] = {}
+    for n, word in enumerate(words, start=1):
+        if word and word in first:
+            raise InputError(f"{path}: records {first[word]} and {n} are both named {word!r}; give each record "
+                             "a distinct name (the first word of its header)")
+        first.setdefault(word, n)
+    seen: dict[str, int] = {}
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+    if all(c == 1 for c in seen.values()):
+        return names
+    return [word if seen[name] > 1 and word else name for name, word in zip(names, words, strict=True)]
 
 
 _UPPER = np.zeros(256, dtype=bool)

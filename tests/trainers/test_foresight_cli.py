@@ -84,6 +84,41 @@ def test_decompress_bad_file_and_shape_mismatch(tmp_path, capsys):
                            str(tmp_path / "z.npy")]) == 1
     err = capsys.readouterr().err.strip()
     assert "shape mismatch" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "y.npy").exists()  # a failed decompress leaves no output
+
+
+def test_an_output_equal_to_an_input_is_refused_and_the_input_kept(tmp_path, capsys):
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    np.save(tmp_path / "x.npy", x)
+    assert foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "x.npy"), "--bound", "0.1"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "is also an input" in err and len(err.splitlines()) == 1, err
+    assert np.array_equal(np.load(tmp_path / "x.npy"), x)
+    foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "x.fsz"), "--bound", "0.1"])
+    capsys.readouterr()
+    for out in ("x.npy", "./x.npy"):  # the --original, under another spelling
+        assert foresight.main(["decompress", str(tmp_path / "x.fsz"), str(tmp_path / out), "--original",
+                               str(tmp_path / "x.npy")]) == 1
+        assert "is also an input" in capsys.readouterr().err
+    assert np.array_equal(np.load(tmp_path / "x.npy"), x)
+    assert foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "no" / "dir" / "o.fsz"),
+                           "--bound", "0.1"]) == 0  # a folder that does not exist yet is created
+    capsys.readouterr()
+
+
+def test_nan_and_inf_are_reported_apart_from_the_error_over_finite_values(tmp_path, capsys):
+    x = np.cumsum(np.random.default_rng(1).normal(size=(6, 7, 8)), axis=2).astype(np.float32)
+    x[0, 0, 0], x[2, 3, 4], x[5, 6, 7] = np.nan, np.inf, -np.inf
+    np.save(tmp_path / "x.npy", x)
+    assert foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "x.fsz"), "--mode", "abs",
+                           "--bound", "0.01", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert 0 < rep["max_abs_error"] <= 0.01
+    assert (rep["nan_values"], rep["inf_values"], rep["nonfinite_kept"]) == (1, 2, True)
+    assert foresight.main(["decompress", str(tmp_path / "x.fsz"), str(tmp_path / "y.npy"), "--original",
+                           str(tmp_path / "x.npy"), "--json"]) == 0
+    back = json.loads(capsys.readouterr().out)
+    assert back["max_abs_error"] == rep["max_abs_error"] and back["nonfinite_kept"] is True
 
 
 def _rows(root):

@@ -11,7 +11,7 @@ import yaml
 
 from torchhpc.ext.core.config import option
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.runs import Run, atomic_write_text, newest_intact
+from torchhpc.ext.core.runs import Run, RunOptions, atomic_write_text, holds_a_run, newest_intact, open_run
 
 
 @dataclass
@@ -36,12 +36,33 @@ def test_run_folder_layout(tmp_path):
 
 
 def test_new_run_refuses_to_overwrite_and_resume_needs_a_run(tmp_path):
-    """Starting over an existing run, or resuming a missing one, is a clear error."""
-    Run("x", Cfg(), root=tmp_path, run_id="a")
-    with pytest.raises(InputError, match="already holds a run"):
+    """Starting over a run that did work, or resuming a missing one, is a clear error naming the flag."""
+    Run("x", Cfg(), root=tmp_path, run_id="a").log(0, loss=1.0)
+    with pytest.raises(InputError, match=r"already holds a run \(pass --run.resume to continue it"):
         Run("x", Cfg(), root=tmp_path, run_id="a")
     with pytest.raises(InputError, match="does not exist"):
         Run("x", Cfg(), root=tmp_path, run_id="b", resume=True)
+
+
+@pytest.mark.parametrize("work", ["metrics", "summary", "checkpoint"])
+def test_a_failed_start_leaves_a_folder_the_rerun_takes_over(tmp_path, work):
+    """A job that stopped after writing only its config (bad data found by a rank) does not block the
+    corrected rerun with the same id; once a run has metrics, a summary or a checkpoint it does."""
+    Run("x", Cfg(lr=0.1), root=tmp_path, run_id="a")  # ... and the job failed here
+    rerun = Run("x", Cfg(lr=0.2), root=tmp_path, run_id="a")
+    assert yaml.safe_load((rerun.dir / "config.yaml").read_text()) == {"lr": 0.2}
+    assert not holds_a_run(rerun.dir)
+    if work == "metrics":
+        rerun.log(0, loss=1.0)
+    elif work == "summary":
+        rerun.write_summary({"done": True})
+    else:
+        rerun.save_checkpoint({"w": torch.zeros(1)}, 0)
+    assert holds_a_run(rerun.dir)
+    with pytest.raises(InputError, match="already holds a run"):
+        Run("x", Cfg(), root=tmp_path, run_id="a")
+    with pytest.raises(InputError, match="already holds a run"):
+        open_run("x", Cfg(), RunOptions(root=str(tmp_path), run_id="a"))
 
 
 def test_checkpoint_resume_keeps_the_newest_and_truncates_metrics(tmp_path):

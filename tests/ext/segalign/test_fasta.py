@@ -98,3 +98,19 @@ def test_missing_and_bad_gzip(tmp_path):
     (tmp_path / "bad.fa.gz").write_bytes(b"\x1f\x8b\x08garbage")
     with pytest.raises(InputError, match="bad.fa.gz"):
         read_fasta(tmp_path / "bad.fa.gz")
+
+
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n", b"\r"])
+def test_lf_crlf_and_cr_line_endings_read_alike(eol):
+    text = b">chr1 first\nACGTAC\nGGTA\n>chr2\nTTTTGGGG\n".replace(b"\n", eol)
+    s = parse_fasta(text)
+    assert s.names == ["chr1", "chr2"] and s.lengths.tolist() == [10, 8]
+    assert torch.equal(s.codes, parse_fasta(text.replace(eol, b"\n")).codes)
+
+
+def test_duplicate_names_are_an_error_and_shortened_names_stay_distinct():
+    with pytest.raises(InputError, match="records 1 and 3 are both named 'chr1'"):
+        parse_fasta(b">chr1 a\nACGT\n>chr2\nACGT\n>chr1 b\nGGCC\n")
+    # LASTZ's short name (cut at '|') where it is unique; the whole first word where it is not
+    assert parse_fasta(b">gi|1|ref|A\nACGT\n>gi|2|ref|B\nGGCC\n").names == ["gi|1|ref|A", "gi|2|ref|B"]
+    assert parse_fasta(b">gi|1|ref|A\nACGT\n>sp|2|ref|B\nGGCC\n").names == ["gi", "sp"]

@@ -1,0 +1,64 @@
+"""``--device auto`` is the device measured faster for each system, on a machine with a GPU too.
+
+The CUDA runtime is faked as present (``torch.cuda.is_available`` patched): nothing here touches a GPU,
+only the choice is checked.  Where the measured choice is the CPU (segalign's whole alignment, sched's
+simulator), ``auto`` must not pick CUDA even though it is there.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchhpc.ext.core.device import pick_device, resolve_auto
+from torchhpc.ext.core.distributed import distributed
+
+
+@pytest.fixture
+def cuda_present(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+
+
+def test_auto_follows_the_declared_choice(cuda_present):
+    assert pick_device("auto").type == "cuda"
+    assert pick_device(None, auto="cuda").type == "cuda"
+    assert pick_device("auto", auto="cpu").type == "cpu"
+    assert pick_device("cuda", auto="cpu").type == "cuda"  # an explicit device is taken as given
+    assert resolve_auto("auto", "cpu") == "cpu" and resolve_auto("auto", "cuda") == "auto"
+    with pytest.raises(ValueError, match="auto must be one of"):
+        resolve_auto("auto", "gpu")
+
+
+def test_auto_without_a_gpu_is_the_cpu():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert pick_device("auto", auto="cuda").type == "cpu"
+
+
+def test_segalign_auto_is_the_cpu(cuda_present):
+    from torchhpc.ext.segalign.align import plan_alignment
+    from torchhpc.ext.segalign.config import AUTO_DEVICE, AlignConfig
+
+    assert AUTO_DEVICE == "cpu"
+    plan = plan_alignment(AlignConfig(device="auto"))
+    assert plan.device.type == "cpu" and plan.ctx.device.type == "cpu"
+    assert plan_alignment(AlignConfig(device="cuda")).device.type == "cuda"  # asked for: taken as given
+    assert plan.backend != "triton"
+
+
+def test_sched_auto_is_the_cpu(cuda_present):
+    from torchhpc.ext.sched.config import AUTO_DEVICE
+
+    assert AUTO_DEVICE == "cpu"
+    with distributed(device="auto", auto=AUTO_DEVICE) as ctx:  # one process: no process group
+        assert ctx.device.type == "cpu"
+
+
+def test_ccsdt_auto_backend_on_cuda_is_the_measured_one(cuda_present):
+    """On CUDA, the fused kernel for small virtual spaces and cuBLAS's blocked GEMMs for large ones."""
+    from torchhpc.ext.ccsdt.ops import TRITON_AUTO_MAX_NVIR, triples_backend
+
+    assert triples_backend("auto", 120, torch.device("cuda")) == "torch"  # o=20 v=120: 1.30 s against 4.62 s
+    assert triples_backend("auto", TRITON_AUTO_MAX_NVIR, torch.device("cuda")) == "triton"
+    assert triples_backend("auto", 60, torch.device("cpu")) == "torch"

@@ -1,0 +1,55 @@
+"""Each GPU path equals its CPU path on a CUDA device (``gpu``-marked: skipped without one).
+
+The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filter on a real pair,
+ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
+codec (a field compressed on the GPU is the CPU's payload byte for byte and decodes on either device)
+and sched's batched simulator (the torch path on CUDA makes the compiled CPU path's decisions).
+``make gpu-check`` runs them on a GPU machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("shape", [(40, 33, 17), (1, 50, 61), (777,)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_foresight_codec_on_cuda_equals_the_cpu(shape, dtype):
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=gen, dtype=torch.float64).cumsum(-1).to(dtype)
+    comp = OursCompressor()
+    on_cpu = comp.compress(x, mode="abs", bound=1e-3)
+    on_gpu = comp.compress(x.cuda(), mode="abs", bound=1e-3)
+    assert on_gpu.payload == on_cpu.payload  # one format, whichever device wrote it
+    for device in ("cpu", "cuda"):
+        y = comp.decompress(on_gpu, device)
+        assert y.device.type == device and y.dtype == dtype and tuple(y.shape) == shape
+        assert float((y.cpu().double() - x.double()).abs().max()) <= 1e-3
+
+
+@pytest.mark.parametrize("backfill", ["none", "easy"])
+def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill):
+    from torchhpc.ext.sched.batched import BatchedClusterSimulator
+    from torchhpc.ext.sched.lublin import generate_lublin
+
+    trace = generate_lublin(600, seed=2).for_scheduling()
+    starts, length = [0, 40, 90, 160, 333], 128
+    cpu = BatchedClusterSimulator(trace, backfill)
+    gpu = BatchedClusterSimulator(trace, backfill, device="cuda", backend="torch")
+    cpu.reset(starts, length)
+    gpu.reset(starts, length)
+    gen = torch.Generator().manual_seed(5)
+    while not bool(cpu.done.all()):
+        jobs = cpu.random_valid(gen)
+        cpu.schedule(jobs)
+        gpu.schedule(jobs.cuda())
+        assert torch.equal(cpu.start_time, gpu.start_time.cpu())
+        assert torch.equal(cpu.done, gpu.done.cpu())
+    for name, values in cpu.metrics().items():
+        np.testing.assert_allclose(np.asarray(gpu.metrics()[name].cpu()), np.asarray(values), rtol=1e-12)
