@@ -138,28 +138,43 @@ def step_segalign(device: str, work: Path) -> list[dict]:
 
 
 def step_ccsdt(device: str, work: Path) -> list[dict]:
+    """(T) in TFLOP/s on the same inputs: the pair-blocked GEMMs with the fused Triton epilogue (the torch
+    backend on CUDA), the same GEMMs with torch's epilogue, the former GPU path (blocks of triples, six small
+    GEMMs each) and the fused kernel; a small system (where auto picks the fused kernel) and, while time
+    allows, a larger one."""
     import torch
 
     from torchhpc.ext.ccsdt import triples_energy
+    from torchhpc.ext.ccsdt.ops import check_inputs, triples_energy_torch
     from torchhpc.ext.ccsdt.reference import random_inputs
 
-    o, v = 20, 120
-    args = [x.to(device) for x in random_inputs(o, v, seed=0)]
-    flops = 2.0 * (o**3 * v**4 + o**4 * v**3)  # particle (o^3 v^4) and hole (o^4 v^3) contractions, 2 per FMA
-    rows, energies = [], {}
-    for backend in ("torch", "triton"):
-        triples_energy(*args, backend=backend)  # compile, warm caches
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        energies[backend] = triples_energy(*args, backend=backend)
-        torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
-        tf = flops / dt / 1e12
-        rows.append({"name": f"(T) o={o} v={v} {backend}", "seconds": round(dt, 3), "tflops": round(tf, 3),
-                     "pct_fp64_peak": round(100 * tf / FP64_PEAK_TFLOPS, 2)})
-    diff = abs(energies["torch"] - energies["triton"])
-    for r in rows:
-        r["backends_differ_by"] = float(f"{diff:.3g}")
+    variants = {
+        "pair blocks, fused epilogue": lambda a: triples_energy_torch(*a, blocking="pair", epilogue="triton"),
+        "pair blocks, torch epilogue": lambda a: triples_energy_torch(*a, blocking="pair", epilogue="torch"),
+        "triple blocks (before)": lambda a: triples_energy_torch(*a, blocking="triple"),
+        "fused kernel": lambda a: triples_energy(*a, backend="triton"),
+    }
+    pair, pair_torch, _, kernel = list(variants)
+    rows, t_start = [], time.perf_counter()
+    # o=10 v=60 decides auto below TRITON_AUTO_MAX_NVIR (today the fused kernel there), o=20 v=120 above it
+    for o, v, names in ((20, 120, list(variants)), (10, 60, [pair, kernel]), (30, 200, [pair, pair_torch])):
+        if o > 20 and time.perf_counter() - t_start > 15:
+            break
+        args = check_inputs(*random_inputs(o, v, seed=0), device=device)
+        flops = 2.0 * (o**3 * v**4 + o**4 * v**3)  # particle (o^3 v^4) and hole (o^4 v^3) contractions
+        energies = {}
+        for name in names:
+            if name != "triple blocks (before)":
+                variants[name](args)  # compile, warm caches
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            energies[name] = variants[name](args)
+            torch.cuda.synchronize()
+            dt = time.perf_counter() - t0
+            tf = flops / dt / 1e12
+            rows.append({"name": f"(T) o={o} v={v} {name}", "seconds": round(dt, 3), "tflops": round(tf, 3),
+                         "pct_fp64_peak": round(100 * tf / FP64_PEAK_TFLOPS, 2),
+                         "differs_from_first_by": float(f"{abs(energies[name] - energies[names[0]]):.3g}")})
     return rows
 
 

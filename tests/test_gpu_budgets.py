@@ -49,16 +49,20 @@ def test_segalign_filter_per_strand(tmp_path):
 
 
 def test_ccsdt_paths_per_block():
-    """The blocked torch path (one triple a block, as on a GPU) and the fused kernel: within ccsdt's budgets."""
+    """The torch path as CUDA runs it (pair blocks, fused epilogue) and the fused kernel: within ccsdt's
+    budgets; no host sync inside the pair-block loop, whatever the number of blocks."""
     from torchhpc.ext.ccsdt import triples_energy
-    from torchhpc.ext.ccsdt.ops import GPU_BUDGETS, occupied_triples, triples_energy_torch
+    from torchhpc.ext.ccsdt.ops import GPU_BUDGETS, triples_energy_torch
+    from torchhpc.ext.ccsdt.pairs import pair_blocks
     from torchhpc.ext.ccsdt.reference import random_inputs
 
-    args = random_inputs(4, 6, seed=1)
-    blocks = occupied_triples(4)[0].shape[0]
-    with count_host_work() as work:
-        e_torch = triples_energy_torch(*args, block_triples=1, num_threads=1)
-    GPU_BUDGETS["torch"].check(work, blocks, "ccsdt torch path")
+    args = random_inputs(5, 6, seed=1)
+    for chunk in (1, 5):
+        with count_host_work() as work:
+            e_torch = triples_energy_torch(*args, block_triples=chunk, blocking="pair", epilogue="triton")
+        GPU_BUDGETS["torch"].check(work, len(pair_blocks(5, chunk)), "ccsdt torch path (pair blocks)")
+        assert work.syncs <= GPU_BUDGETS["torch"].fixed_syncs
+        assert work.launch_ops["triton:_epilogue_kernel"] == len(pair_blocks(5, chunk))
     with count_host_work() as work:
         e_triton = triples_energy(*args, backend="triton")
     GPU_BUDGETS["triton"].check(work, 1, "ccsdt fused kernel")

@@ -187,6 +187,102 @@ def _triples_energy_kernel(
     tl.store(out_ptr + pid, e * w)
 
 
+@triton.jit
+def _w_from_layouts(lc_ptr, lb_ptr, la_ptr, base, x, y, z, NVIR):
+    # W_ijk[x, y, z] = La[x, (y z)] + Lc[z, (x y)] + Lb[y, (x z)] from the three GEMM layouts of one triple
+    # (torchhpc.ext.ccsdt.blocks.InCoreOperands); base = the triple's offset n v^3 in each layout, int64
+    w = tl.load(la_ptr + base + (x * NVIR + y) * NVIR + z)
+    w += tl.load(lc_ptr + base + (z * NVIR + x) * NVIR + y)
+    w += tl.load(lb_ptr + base + (y * NVIR + x) * NVIR + z)
+    return w
+
+
+@triton.jit
+def _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z,
+                     NOCC, NVIR):
+    # X_P = W_ijk[P(abc)] read from the layouts and Y_P = X_P + V_P / 2 for one ordering P = (x, y, z)
+    xw = _w_from_layouts(lc_ptr, lb_ptr, la_ptr, base, x, y, z, NVIR)
+    vw = _disconnected_at(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z, NOCC, NVIR)
+    return xw, xw + 0.5 * vw
+
+
+@triton.jit(do_not_specialize=["n_vt", "NOCC", "NVIR"])
+def _epilogue_kernel(
+    lc_ptr,  # (nb, v, v, v) Lc[c, (a b)] of each triple of the block
+    lb_ptr,  # (nb, v, v, v) Lb[b, (a c)]
+    la_ptr,  # (nb, v, v, v) La[a, (b c)]
+    t1_ptr, t2_ptr, ovov_ptr, fov_ptr,  # (o, v), (o, o, v, v), (o, v, o, v), (o, v)
+    eocc_ptr,  # (o,)
+    evir_ptr,  # (v,)
+    occ_ptr,  # (nb, 3) int64: the block's occupied triples
+    occ_w_ptr,  # (nb,) float64
+    vt_ptr,  # (n_vt, 3) int64 virtual tile triples A >= B >= C
+    vt_w_ptr,  # (n_vt,) float64
+    out_ptr,  # (nb * n_vt,) float64 partial energies
+    n_vt,
+    NOCC,
+    NVIR,
+    TILE: tl.constexpr,
+):
+    # The (T) epilogue of a block whose connected triples W are already in the three GEMM layouts (the
+    # pair-blocked GEMMs of torchhpc.ext.ccsdt.pairs): per (triple, tile triple), the six orderings of the
+    # tile are read from the layouts (18 TILE^3 loads, each element of a triple's layouts read once over
+    # all its tile triples: 24 v^3 bytes per triple), V is rebuilt from the inputs, and eq. (5) is summed
+    # with the even/odd identity of _triples_energy_kernel. Flops ~200 per point: memory-bound.
+    pid = tl.program_id(0).to(tl.int64)
+    t = pid // n_vt
+    s = pid % n_vt
+    i = tl.load(occ_ptr + 3 * t)
+    j = tl.load(occ_ptr + 3 * t + 1)
+    k = tl.load(occ_ptr + 3 * t + 2)
+    w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    base = t * NVIR * NVIR * NVIR
+    lanes = tl.arange(0, TILE).to(tl.int64)
+    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
+    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
+    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
+    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
+    a = tl.minimum(ra, NVIR - 1)[:, None, None]
+    b = tl.minimum(rb, NVIR - 1)[None, :, None]
+    c = tl.minimum(rc, NVIR - 1)[None, None, :]
+    x0, y0 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c,
+                              NOCC, NVIR)
+    sxy = x0 * y0
+    xe = x0
+    ye = y0
+    x1, y1 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a,
+                              NOCC, NVIR)
+    sxy += x1 * y1
+    xe += x1
+    ye += y1
+    x2, y2 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b,
+                              NOCC, NVIR)
+    sxy += x2 * y2
+    xe += x2
+    ye += y2
+    x3, y3 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b,
+                              NOCC, NVIR)
+    sxy += x3 * y3
+    xo = x3
+    yo = y3
+    x4, y4 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c,
+                              NOCC, NVIR)
+    sxy += x4 * y4
+    xo += x4
+    yo += y4
+    x5, y5 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a,
+                              NOCC, NVIR)
+    sxy += x5 * y5
+    xo += x5
+    yo += y5
+    e_ijk = tl.load(eocc_ptr + i) + tl.load(eocc_ptr + j) + tl.load(eocc_ptr + k)
+    d = e_ijk - tl.load(evir_ptr + a) - tl.load(evir_ptr + b) - tl.load(evir_ptr + c)
+    num = 3.0 * sxy + xe * ye - 2.0 * xe * yo + xo * yo - 2.0 * xo * ye
+    contrib = tl.where(mask, num / d, 0.0)
+    e = tl.sum(tl.sum(tl.sum(contrib, axis=2), axis=1), axis=0)
+    tl.store(out_ptr + pid, e * w)
+
+
 # ----------------------------------------------------------------------------- launcher
 
 
@@ -245,5 +341,33 @@ def triples_energy_partials(
         fock_ov.contiguous(), mo_energy[:o].contiguous(), mo_energy[o:].contiguous(),
         occ_idx.contiguous(), occ_weight.contiguous(), vt_idx, vt_w, out,
         n_vt, o, v, TILE=tile, num_warps=num_warps,
+    )
+    return out
+
+
+def epilogue_partials(
+    lc: torch.Tensor, lb: torch.Tensor, la: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, ovov: torch.Tensor,
+    fock_ov: torch.Tensor, e_occ: torch.Tensor, e_vir: torch.Tensor, occ_idx: torch.Tensor,
+    occ_weight: torch.Tensor, vt_idx: torch.Tensor, vt_weight: torch.Tensor, tile: int = 8, num_warps: int = 4,
+) -> torch.Tensor:
+    """Weighted partial (T) energies of one block from its GEMM layouts: one per (triple, tile triple).
+
+    ``lc, lb, la`` are contiguous ``(nb, v, v, v)`` float64 (:mod:`torchhpc.ext.ccsdt.pairs` writes them),
+    ``occ_idx (nb, 3)``/``occ_weight`` the block's rows of :func:`torchhpc.ext.ccsdt.ops.occupied_triples`,
+    ``vt_idx``/``vt_weight`` from :func:`virtual_tile_triples` with the same ``tile``; no host sync.
+
+    Returns:
+        ``(nb * n_tile_triples,)`` float64; their sum is the block's energy.
+    """
+    nb, v = lc.shape[0], lc.shape[1]
+    for name, x in (("lc", lc), ("lb", lb), ("la", la)):
+        if x.dtype != torch.float64 or not x.is_contiguous() or tuple(x.shape) != (nb, v, v, v):
+            raise ValueError(f"{name} must be a contiguous float64 ({nb}, {v}, {v}, {v}) tensor")
+    out = torch.empty(nb * vt_idx.shape[0], dtype=torch.float64, device=lc.device)
+    if out.numel() == 0:
+        return out
+    _epilogue_kernel[(out.numel(),)](
+        lc, lb, la, t1, t2, ovov, fock_ov, e_occ, e_vir, occ_idx, occ_weight, vt_idx, vt_weight, out,
+        vt_idx.shape[0], t1.shape[0], v, TILE=tile, num_warps=num_warps,
     )
     return out

@@ -208,7 +208,6 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
     Work buffers: ``L (nb, 3, v, v, v)`` holds the three GEMM layouts ``[Lc, Lb, La]`` of
     :class:`InCoreOperands` (``La`` becomes ``W``), ``Y (nb, v, v, v)``; ``nb = len(idx)``.
     """
-    nb = idx.shape[0]
     v = X.nvir
     AT, BT, TT, TT2 = X.AT, X.BT, X.TT, X.TT2
     # ---- connected triples W_ijk = P6(w), eqs. (1) and (3): four GEMMs per triple into three layouts;
@@ -234,6 +233,20 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
             torch.mm(TT[i, k], AT[j], out=la)  # La = TT[i,k] @ AT[j]
             rows[v:].addmm_(TT2[j, i], BT[k])  # [Lb; La] += [TT[j,i]; TT[i,j]] @ BT[k]
             lc.addmm_(TT[k, i], BT[j])
+    return block_epilogue(X, idx, wts, e_occ, e_vvv, L, Y)
+
+
+def block_epilogue(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ: torch.Tensor,
+                   e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """The rest of :func:`block_energy` once ``L`` holds the three GEMM layouts ``[Lc, Lb, La]`` of each
+    triple: ``W``, the disconnected ``V``, ``r3``, the denominators and the weighted sum (a 0-d tensor).
+
+    ``L`` may be any ``(nb, 3, v, v, v)`` view whose ``L[:, t]`` are contiguous (``(3, nb, ...)`` storage
+    transposed, as the pair-blocked path of :mod:`~torchhpc.ext.ccsdt.pairs` writes it). Memory-bound:
+    about 12 passes over ``nb v^3`` float64; no host sync.
+    """
+    nb = idx.shape[0]
+    v = X.nvir
     C, B, W = L[:, 0], L[:, 1], L[:, 2]
     W.add_(C.permute(0, 2, 3, 1))  # Lc[c,a,b] -> [a,b,c]
     W.add_(B.transpose(1, 2))  # Lb[b,a,c] -> [a,b,c]
@@ -261,5 +274,5 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
     return (e * wts).sum()
 
 
-__all__ = ["BUFFERS_PER_TRIPLE", "CACHE_BLOCK_BYTES", "INPUT_NAMES", "InCoreOperands", "block_energy", "check_inputs",
-           "fill_slice_operands", "occupied_triples"]
+__all__ = ["BUFFERS_PER_TRIPLE", "CACHE_BLOCK_BYTES", "INPUT_NAMES", "InCoreOperands", "block_energy", "block_epilogue",
+           "check_inputs", "fill_slice_operands", "occupied_triples"]

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import CCSDTOptions
+from .config import DEFAULT_MAX_MEMORY_MB, CCSDTOptions
 
 if TYPE_CHECKING:
     import torch
@@ -285,7 +285,8 @@ def launch(options: CCSDTOptions) -> int:
         from .slices import sliced_layout
 
         shape = load_inputs(options.inputs).t1.shape
-        sliced_layout(*shape, 1, options.max_memory)
+        if options.max_memory is not None or options.dist.device == "cpu":
+            sliced_layout(*shape, 1, options.max_memory or DEFAULT_MAX_MEMORY_MB)
     return relaunch(options, "torchhpc.trainers.ccsdt", options.dist.nproc)
 
 

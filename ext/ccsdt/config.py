@@ -78,9 +78,10 @@ class CCSDTOptions(Options):
                                  help="(T) inputs saved with --save-inputs, instead of a molecule (no PySCF needed)")
     backend: str = option("auto", choices=BACKEND_CHOICES,
                           help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs")
-    max_memory: float = option(DEFAULT_MAX_MEMORY_MB, gt=0,
-                               help="MB bound of the (T) operands and work buffers on the device, per rank "
-                               "(picks the block size; below the in-core need the integrals stream out of core)")
+    max_memory: float | None = option(None, gt=0,
+                                      help="MB bound of the (T) operands and work buffers on the device, per rank "
+                                      "(picks the block size; below the in-core need the integrals stream out of "
+                                      "core); null: 4000 on the CPU, 80 percent of the free memory on CUDA")
     compare_pyscf: bool = option(False, help="also run pyscf.cc.ccsd_t.kernel on the same inputs and compare")
     json: bool = option(False, help="print one JSON object instead of the report")
     save_inputs: Path | None = option(None, help="save t1, t2, integrals and energies to this .npz")

@@ -263,7 +263,7 @@ def _owned_slices(ovvv, nocc: int, nvir: int, rank: int, world: int, device: tor
 
 def triples_energy_distributed(
     t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, group=None, device: str | torch.device | None = None,
-    max_memory: float = DEFAULT_MAX_MEMORY_MB, block_triples: int | None = None, timeout_s: float = 300.0,
+    max_memory: float | None = None, block_triples: int | None = None, timeout_s: float = 300.0,
     progress: bool = False,
 ) -> DistributedRun:
     """E(T) shared out over the ranks of ``group`` (default: the initialised default group).
@@ -274,7 +274,8 @@ def triples_energy_distributed(
 
     Args:
         max_memory: MB per rank for the replicated operands, the slice cache and the block buffers
-            (the owned slices are held besides).
+            (the owned slices are held besides); default 80 % of the free device memory on CUDA, 4000 MB on
+            the CPU.
         timeout_s: how long a rank waits for a peer's slices before failing.
 
     Returns:
@@ -299,7 +300,9 @@ def triples_energy_distributed(
     t1, t2, _, ovoo, ovov, fock_ov, mo_energy = arrays
     work = assign_work(o, v, world)
     ntri = max((len(ts) for ts in work.triples), default=0)
-    layout = sliced_layout(o, v, max(1, ntri), max_memory, block_triples)
+    budget = max_memory if max_memory is not None else (
+        0.8 * torch.cuda.mem_get_info(dev)[0] / 2**20 if dev.type == "cuda" else DEFAULT_MAX_MEMORY_MB)
+    layout = sliced_layout(o, v, max(1, ntri), budget, block_triples)
     misses, rounds = exchange_plan(work, o, layout.capacity, layout.block_triples)
     backend = dist.get_backend(group)
     comm_device = dev if backend == "nccl" else torch.device("cpu")

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from torchhpc.ext.core.config import DistOptions, Options, option
@@ -27,16 +27,23 @@ def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _check_graph(spec: str, key: str) -> None:
-    kind = spec.partition(":")[0]
-    if kind not in ("random", "powerlaw", "moore"):
-        raise ConfigError(f"{key}: expected random:DENSITY, powerlaw:MEAN_DEGREE:EXPONENT or moore:D:R, got {spec!r}")
+def _check_graph(spec: str, key: str, seed: int) -> None:
+    """The whole ``--graph`` value, parsed here (in the process that reads the command line, before any
+    rank starts), and a ``--seed`` it would ignore."""
+    from .graphs import parse_graph_spec
+
+    if not parse_graph_spec(spec, key).seeded and seed != 0:
+        raise ConfigError(f"--seed {seed} has no effect on {key} {spec} (a moore grid is not random): leave "
+                          f"--seed out, or choose a random: or powerlaw: graph")
 
 
 def _check_sizes(text: str, key: str) -> list[int]:
     from .graphs import parse_size
 
-    sizes = [parse_size(s) for s in _split(text)]
+    try:
+        sizes = [parse_size(s) for s in _split(text)]
+    except ConfigError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
     if not sizes:
         raise ConfigError(f"{key}: give at least one message size, e.g. 4K,64K,1M")
     return sizes
@@ -86,13 +93,19 @@ class BenchOptions(Options):
     json: bool = option(False, help="print the results as one JSON line instead of a table")
     stats: bool = option(False, help="also report where each algorithm's time goes: seconds per phase (gather, "
                          "inter-node, scatter), the largest median over ranks")
+    max_minutes: float = option(10.0, help="refuse, before torchrun starts, a benchmark whose emulated transfers "
+                                "alone (at least the busiest rank's inter-node bytes over --inter-node-mbps, every "
+                                "call) would take longer than this", gt=0)
     dist: BenchDist = option(default_factory=BenchDist, help="where and on how many ranks it runs")
 
     def __post_init__(self):
         super().__post_init__()
-        _check_graph(self.graph, "--graph")
+        _check_graph(self.graph, "--graph", self.seed)
         _check_sizes(self.sizes, "--sizes")
         _check_algos(self.algo, "--algo")
+        if self.intra_node == "shm" and self.dist.device == "cuda":
+            raise ConfigError("--intra-node shm exchanges CPU tensors through /dev/shm, but --device cuda puts them "
+                              "on the GPU: use --intra-node group (or auto)")
 
     @property
     def size_list(self) -> list[int]:
@@ -119,11 +132,22 @@ class ModelOptions(Options):
     calibration: str | None = option(None, help="results JSON of benchmarks/collectives.py: take the calibrated "
                                      "latency and intra-node bandwidth from it instead of the two options above")
     json: bool = option(False, help="print one JSON line instead of a table")
+    max_minutes: float = option(10.0, help="refuse, before building anything, a machine and graph whose estimated "
+                                "run time (from the numbers of ranks, edges and sizes) is longer than this", gt=0)
 
     def __post_init__(self):
         super().__post_init__()
-        _check_graph(self.graph, "--graph")
+        _check_graph(self.graph, "--graph", self.seed)
         _check_sizes(self.sizes, "--sizes")
+        if self.calibration:
+            for key, flag in (("alpha_us", "--alpha-us"), ("intra_gbps", "--intra-gbps")):
+                if getattr(self, key) != _DEFAULTS[key]:
+                    raise ConfigError(f"--calibration {self.calibration} sets the latency and the intra-node "
+                                      f"bandwidth, so {flag} {getattr(self, key):g} would be ignored: give one "
+                                      f"or the other")
+
+
+_DEFAULTS = {f.name: f.default for f in fields(ModelOptions)}
 
 
 @dataclass

@@ -7,7 +7,9 @@ message, intra-node copies, its own inter-node injection) and the busiest node's
   emulation of a benchmark results file (all ranks on one machine: every byte is an intra-node copy);
 * :func:`predict` builds the real routing plans (the same code the collective runs) for a graph on
   ``nodes x ranks_per_node`` ranks and evaluates the model on them;
-* :func:`compare_measured` puts the model's figure beside each measured emulated run.
+* :func:`compare_measured` puts the model's figure beside each measured emulated run;
+* :func:`predict` first asks :func:`~torchhpc.ext.collectives.sizing.check_model_fits` whether the
+  machine and graph fit in memory and in ``max_minutes``, from the sizes alone.
 """
 
 from __future__ import annotations
@@ -17,19 +19,24 @@ from pathlib import Path
 
 import numpy as np
 
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.errors import ConfigError, InputError
 
 from .config import ModelOptions
 from .graphs import parse_graph
 from .plan import ALGORITHMS, CostModel, Plan, build_plan, node_of_ranks, plan_cost
+from .sizing import check_model_fits
 
 
 def _load(path: str | Path) -> dict:
+    from torchhpc.ext.core.paths import check_input
+
+    check_input(path, what="--calibration")
     try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: cannot read benchmark results ({exc})") from None
-    if "calibration" not in doc.get("params", {}) and "runs" not in doc.get("params", {}):
+    params = doc.get("params") if isinstance(doc, dict) else None
+    if not isinstance(params, dict) or ("calibration" not in params and "runs" not in params):
         raise InputError(f"{path}: not a results file of benchmarks/collectives.py (no params.runs)")
     return doc
 
@@ -82,11 +89,20 @@ def model_from_options(opts: ModelOptions) -> CostModel:
     if opts.calibration:
         doc = _load(opts.calibration)
         cal = doc["params"].get("calibration")
-        if not cal:
+        if not cal or not isinstance(cal, dict):
             raise InputError(f"{opts.calibration}: no calibration in params")
-        model.alpha, model.beta_intra = cal["alpha_s"], cal["beta_intra_Bps"]
-        model.alpha_intra = cal.get("alpha_intra_s")
+        model.alpha = _calibrated(cal, "alpha_s", opts.calibration)
+        model.beta_intra = _calibrated(cal, "beta_intra_Bps", opts.calibration)
+        model.alpha_intra = _calibrated(cal, "alpha_intra_s", opts.calibration) if "alpha_intra_s" in cal else None
     return model
+
+
+def _calibrated(cal: dict, key: str, path: str) -> float:
+    """``cal[key]`` when it is a positive finite number; else one line naming the file and the key."""
+    value = cal.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise InputError(f"{path}: params.calibration.{key} must be a positive number, got {value!r}")
+    return float(value)
 
 
 def predict(opts: ModelOptions) -> dict:
@@ -99,8 +115,12 @@ def predict(opts: ModelOptions) -> dict:
     from .config import _check_sizes
 
     model = model_from_options(opts)
+    check_model_fits(opts)  # before anything is built
     P = opts.nodes * opts.ranks_per_node
     src, dst = parse_graph(opts.graph, P, opts.seed)
+    if len(src) == 0:
+        raise ConfigError(f"--graph {opts.graph} on {P} ranks has no edge: nothing to predict (raise the density "
+                          f"or the number of ranks)")
     node = node_of_ranks(P, opts.ranks_per_node)
     rows = []
     # with one size for every edge the routes do not depend on the size: plan once, rescale the bytes

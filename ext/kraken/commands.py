@@ -186,9 +186,12 @@ def serve(options: ServeOptions) -> int:
     requests were scored.
 
     Raises:
-        InputError: not a kraken run's checkpoints folder; an unreadable checkpoint.
+        InputError: not a kraken run's checkpoints folder; no checkpoint loaded by the time it stops (the
+            folder is missing or empty, or every full checkpoint in it is damaged): the replica served nothing.
     """
     import torch
+
+    from torchhpc.ext.core.errors import InputError
 
     from .continual import ServingReplica, run_config
     from .metrics import auc
@@ -230,6 +233,9 @@ def serve(options: ServeOptions) -> int:
         if done or now - t_start > options.duration or (options.idle and now - last_load > options.idle):
             break
         time.sleep(options.poll)
+    if replica.step < 0:  # it never held a model: nothing was served, which is not a success
+        raise InputError(f"kraken serve loaded no checkpoint in {time.time() - t_start:.1f} s: "
+                         f"{replica.unloaded()}")
     summary = {"loads": loads, "step": replica.step, "batches_served": served,
                "staleness_s_median": float(torch.tensor(stale).median()) if stale else None,
                "staleness_s_max": max(stale) if stale else None,

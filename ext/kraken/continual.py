@@ -403,6 +403,23 @@ class ServingReplica:
                 loaded.append(self._apply(i, follower, blob))
         return loaded
 
+    def unloaded(self) -> str | None:
+        """Why some shard holds nothing yet (``None`` when every one holds a checkpoint): its folder is
+        missing, has no full checkpoint to start from, or has only damaged ones."""
+        for folder, _sparse, step, _full in self.followers:
+            if step >= 0:
+                continue
+            if not folder.is_dir():
+                return f"{folder} does not exist (has the training run started?)"
+            fulls = [p for _s, k, p in checkpoint_files(folder) if k == "full"]
+            damaged = [p for p in fulls if p in self.damaged]
+            if not fulls:
+                return f"{folder} holds no full checkpoint (full-*.pt) to start from"
+            if len(damaged) == len(fulls):
+                return f"all {len(fulls)} full checkpoint(s) in {folder} are damaged (each named above)"
+            return f"{folder}: no full checkpoint could be loaded"
+        return None
+
     @torch.no_grad()
     def predict(self, batch) -> torch.Tensor:
         """Click probabilities for a batch of requests (unknown IDs read zero vectors)."""

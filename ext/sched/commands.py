@@ -61,13 +61,66 @@ TRAIN_MODULE = "torchhpc.trainers.sched"
 
 def train_command(cfg: SchedConfig) -> int:
     """``torchhpc sched train``: train a policy with PPO (:func:`train`); with ``--nproc N`` (N > 1) on N
-    torchrun ranks of this machine, each collecting its share of the trajectories."""
+    torchrun ranks of this machine, each collecting its share of the trajectories, after :func:`check_train`
+    has checked in this process what the ranks would otherwise find (so a bad trace or option is one line
+    before torchrun starts).  An option that the others make moot (:meth:`SchedConfig.ignored_options`) is
+    one warning line each, once the job is known to start."""
     from torchhpc.ext.core.distributed import launched_by_torchrun
 
     if cfg.dist.nproc > 1 and not launched_by_torchrun():
+        check_train(cfg, cfg.dist.nproc)
+        warn_ignored_options(cfg)  # once, here, once the job is known to start (not again by each rank)
         return relaunch(cfg, TRAIN_MODULE, cfg.dist.nproc)
     train(cfg)
     return 0
+
+
+def warn_ignored_options(cfg: SchedConfig) -> None:
+    """One warning line for each option of ``cfg`` another setting makes moot
+    (:meth:`~torchhpc.ext.sched.config.SchedConfig.ignored_options`)."""
+    from torchhpc.ext.core.errors import warn
+
+    for line in cfg.ignored_options():
+        warn(line)
+
+
+def check_train(cfg: SchedConfig, world: int) -> None:
+    """What :func:`train` on ``world`` ranks checks before it trains, without a process group and without
+    writing anything: the trace reads and its windows fit (:func:`check_trace_fits`), the trajectories split
+    over the ranks (:func:`check_world`), the held-out windows can be drawn, and the run folder can be used
+    (a new run's is not taken, a resumed one exists).
+
+    Raises:
+        InputError: an unreadable or malformed trace; a run folder that cannot be used.
+        ConfigError: windows or groups that do not fit.
+    """
+    from torchhpc.ext.core.runs import already_holds_a_run, holds_a_run
+
+    trace = build_trace(cfg)
+    check_trace_fits(cfg, trace)
+    check_world(cfg, world)
+    E = cfg.eval
+    if E.validate:
+        draw_validation_starts(trace, E.validate, E.validate_length, E.validate_seed, E.starts, E.length)
+    R = cfg.run
+    folder = Path(R.root) / "sched" / R.run_id if R.run_id else None
+    if R.resume and (folder is None or not folder.is_dir()):
+        raise InputError(f"cannot resume: run folder {folder or Path(R.root) / 'sched' / '<run.run_id>'} does not "
+                         f"exist" + ("" if folder else " (give run.run_id)"))
+    if not R.resume and folder is not None and holds_a_run(folder):
+        raise InputError(already_holds_a_run(folder))
+
+
+def check_world(cfg: SchedConfig, world: int) -> None:
+    """The trajectories of an epoch split into whole groups (``ppo.groups_of``) on each of ``world`` ranks.
+
+    Raises:
+        ConfigError: naming ``ppo.trajectories`` and the group size.
+    """
+    P = cfg.ppo
+    if P.groups_of > 1 and P.trajectories % (P.groups_of * world):
+        raise ConfigError(f"ppo.trajectories ({P.trajectories}) must split into whole groups of "
+                          f"{P.groups_of} on each of the {world} ranks")
 
 
 def build_trace(cfg: SchedConfig) -> SchedTrace:
@@ -273,7 +326,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
     """
     import torch
 
-    from torchhpc.ext.core.distributed import distributed
+    from torchhpc.ext.core.distributed import distributed, launched_by_torchrun
 
     from .checkpoints import from_checkpoint, newest_checkpoint, resume_point
 
@@ -287,9 +340,7 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         P, E, metric = cfg.ppo, cfg.eval, cfg.env.metric
         settings = {"policy": P.policy, "queue_slots": cfg.env.queue_slots, **cfg.env.observation()}
         n_envs = min(P.num_envs, max(1, P.trajectories // world))
-        if P.groups_of > 1 and P.trajectories % (P.groups_of * world):
-            raise ConfigError(f"ppo.trajectories ({P.trajectories}) must split into whole groups of "
-                              f"{P.groups_of} on each of the {world} ranks")
+        check_world(cfg, world)
         val_starts = (draw_validation_starts(trace, E.validate, E.validate_length, E.validate_seed, E.starts,
                                              E.length) if E.validate else [])
         # a resumed run is read and checked before anything in its folder is written
@@ -302,6 +353,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
                 print(f"run {run.run_id} is already finished (epoch {start_epoch}, ppo.epochs={P.epochs}); "
                       f"nothing to do (raise ppo.epochs to train it further)")
             return json.loads(summary_path.read_text())
+        if rank == 0 and verbose and not launched_by_torchrun():  # a relaunched job's parent said it already
+            warn_ignored_options(cfg)
         if cfg.run.resume:
             run.save_config(cfg)
             run.truncate_metrics(start_epoch)
@@ -424,19 +477,25 @@ def eval_command(opts: EvalCommandOptions) -> int:
     JSON), the windows won, the paired bootstrap ratio, and writes the box plot beside the run.
 
     Raises:
-        InputError: no run folder or checkpoint file at ``opts.checkpoint``, or an unreadable one.
+        InputError: no run folder or checkpoint file at ``opts.checkpoint``, or an unreadable one; a box plot
+            path that cannot be written or is an input (checked before the windows are scheduled).
     """
+    from torchhpc.ext.core.paths import check_output
+
     from .checkpoints import agent_settings, from_checkpoint
 
     step, state, out_dir, trained_backfill = policy_source(opts.checkpoint, opts.which)
     backfill = opts.backfill or trained_backfill
+    agent = from_checkpoint(state)
+    trace = window_trace(opts)
+    starts = window_starts(opts, trace)
+    # the box plot's path, checked before the windows are scheduled (nothing is created until it is written)
+    png = check_output(out_dir / f"eval_{trace.name}_{backfill}.png", inputs=[opts.trace, opts.checkpoint],
+                       what="the box plot")
     if not opts.json:
         print(f"checkpoint: epoch {step}" + (
             f" (best held-out {state['best']['value']:.2f} at epoch {state['best']['epoch']})"
             if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}")
-    agent = from_checkpoint(state)
-    trace = window_trace(opts)
-    starts = window_starts(opts, trace)
     rl_rows = evaluate_policy(agent, trace, starts, opts.length, backfill, greedy=opts.greedy,
                               samples=opts.samples, seed=opts.seed, settings=agent_settings(state))
     per_seq = {"rl": rl_rows}
@@ -444,8 +503,7 @@ def eval_command(opts: EvalCommandOptions) -> int:
         per_seq[name] = evaluate_heuristic(trace, name, starts, opts.length, backfill)
     results = {k: summarise(v) for k, v in per_seq.items()}
     out_dir.mkdir(parents=True, exist_ok=True)
-    png = box_plot(per_seq, out_dir / f"eval_{trace.name}_{backfill}.png",
-                   f"{trace.name}, backfill={backfill}, {len(starts)} x {opts.length} jobs")
+    png = box_plot(per_seq, png, f"{trace.name}, backfill={backfill}, {len(starts)} x {opts.length} jobs")
     if opts.json:
         print(json.dumps(results))
         return 0
@@ -471,13 +529,26 @@ def export_command(opts: ExportOptions) -> int:
     headline scores.
 
     Raises:
-        InputError: not a run folder with a checkpoint and its config.yaml.
+        InputError: not a run folder with a checkpoint and its config.yaml; an ``--unseen`` file that cannot be
+            read; ``NAME.pt`` or ``NAME.json`` that cannot be written or is one of the inputs (all checked
+            before anything is loaded, scored or written).
     """
     import yaml
 
-    from .checkpoints import load_checkpoint
-    from .zoo import export_policy, score
+    from torchhpc.ext.core.paths import check_input, check_output
 
+    from .checkpoints import load_checkpoint
+    from .zoo import PRETRAINED_DIR, export_policy, score
+
+    # what it reads, then what it writes (never one of those), checked before anything is loaded or scored
+    unseen = [check_input(path, what="--unseen") for path in opts.unseen]
+    ck = Path(opts.checkpoint)
+    run_root = ck if not ck.is_file() else ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
+    run_files = [ck, run_root / "config.yaml", run_root / "summary.json",
+                 *sorted((run_root / "checkpoints").glob("*.pt"))]
+    folder = Path(opts.folder) if opts.folder else PRETRAINED_DIR
+    for suffix in (".pt", ".json"):
+        check_output(folder / f"{opts.name}{suffix}", inputs=[*run_files, *unseen], what="sched export")
     step, state, run_dir = load_checkpoint(opts.checkpoint, opts.which)
     cfg_file = Path(run_dir) / "config.yaml"
     if not cfg_file.is_file():
@@ -494,7 +565,6 @@ def export_command(opts: ExportOptions) -> int:
             u = scores["unseen"][0]
             scores["unseen_check"] = {"trace": other.name, "starts": u["starts"], "length": u["length"],
                                       "rl_bsld": u["rl_greedy"]["bsld"]}
-    folder = Path(opts.folder) if opts.folder else None
     out = export_policy(run_dir, opts.name, opts.which, folder, scores, opts.command, opts.notes)
     o = scores["own"]
     print(f"wrote {out} and {out.with_suffix('.json').name} (epoch {step})")
@@ -510,6 +580,6 @@ def export_command(opts: ExportOptions) -> int:
 
 
 __all__ = [
-    "Learner", "build_trace", "check_trace_fits", "eval_command", "export_command", "heuristics_command",
-    "policy_source", "train", "train_command",
+    "Learner", "build_trace", "check_train", "check_trace_fits", "check_world", "eval_command", "export_command",
+    "heuristics_command", "policy_source", "train", "train_command", "warn_ignored_options",
 ]

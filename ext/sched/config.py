@@ -7,7 +7,7 @@ The YAML files in ``configs/sched/`` load into :class:`SchedConfig`; the command
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import ClassVar
 
 from torchhpc.ext.core.config import ConfigError, DistOptions, Options, RunOptions, option
@@ -24,6 +24,53 @@ def _check_heuristics(names, what: str) -> None:
     for h in names:
         if h not in HEURISTICS:
             raise ConfigError(f"{what}: unknown heuristic {h!r} (available: {', '.join(HEURISTICS)})")
+
+
+def _changed(options: Options, name: str) -> bool:
+    """Whether ``options.name`` differs from its field's default (so the user asked for it)."""
+    f = next(f for f in fields(options) if f.name == name)
+    default = f.default_factory() if f.default is MISSING else f.default
+    return getattr(options, name) != default
+
+
+def _ignored(section: Options, keys: list[str], applies: str, prefix: str = "", flags: bool = False) -> list[str]:
+    """A line for each of ``keys`` set (away from its default) in ``section`` although the setting that would
+    use it is off: ``applies`` says which setting that is."""
+    out = []
+    for key in keys:
+        if _changed(section, key):
+            name = ("--" + key.replace("_", "-")) if flags else prefix + key
+            value = getattr(section, key)
+            shown = f"{name} {value}" if flags else f"{name}={value}"
+            out.append(f"{shown} would be ignored: it applies only {applies}")
+    return out
+
+
+def _refuse_ignored(section: Options, keys: list[str], applies: str) -> None:
+    """A :class:`ConfigError` for the first of :func:`_ignored`'s lines, options named by their flags."""
+    lines = _ignored(section, keys, applies, flags=True)
+    if lines:
+        raise ConfigError(lines[0])
+
+
+def parse_starts(text: str, key: str = "--starts") -> list[int] | None:
+    """``None`` for ``published`` (the paper's windows, resolved by the command); else the comma-separated
+    window starts, each >= 0.
+
+    Raises:
+        ConfigError: naming ``key``: no start, or one that is not a non-negative integer.
+    """
+    if text.strip() == "published":
+        return None
+    try:
+        starts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{key} must be comma-separated job indices or 'published', got {text!r}") from None
+    if not starts:
+        raise ConfigError(f"{key} gives no window start ({text!r}); give job indices or 'published'")
+    if min(starts) < 0:
+        raise ConfigError(f"{key}: window starts are job indices >= 0, got {min(starts)}")
+    return starts
 
 
 # ----------------------------------------------------------------------------- training job
@@ -181,6 +228,41 @@ class SchedConfig(Options):
             raise ConfigError(f"ppo.advantage=group needs ppo.trajectories ({P.trajectories}) and ppo.num_envs "
                               f"({P.num_envs}) to be multiples of ppo.group_size ({P.group_size})")
 
+    def ignored_options(self) -> list[str]:
+        """One line per option set (away from its default) whose setting is off, naming both.
+
+        A config is layered (a file, ``--set``, flags), so an option the file sets can be made moot by an
+        override (``--config debug.yaml --set ppo.advantage=group`` leaves the file's ``ppo.v_iters`` without
+        a critic): ``sched train`` says so in a warning line each rather than refusing to run.
+        """
+        T, env, P, E = self.trace, self.env, self.ppo, self.eval
+        out = []
+        if T.path:
+            out += _ignored(T, ["generate_jobs", "generate_seed"], f"to the generated trace (trace.path=null), "
+                            f"and trace.path={T.path} is given", "trace.")
+        else:
+            out += _ignored(T, ["strict"], "to an SWF trace.path (the generated trace has no malformed lines)",
+                            "trace.")
+        if not env.filter_heuristic:
+            out += _ignored(env, ["filter_low", "filter_high"], "with env.filter_heuristic (trajectory filtering "
+                            "is off)", "env.")
+        if env.reward == "raw":
+            out += _ignored(env, ["reward_reference"], "with env.reward=log_ratio (it is raw)", "env.")
+        if P.advantage == "gae":
+            out += _ignored(P, ["group_size"], "with ppo.advantage=group (it is gae)", "ppo.")
+        else:
+            out += _ignored(P, ["v_iters", "vf_lr"], "to the critic of ppo.advantage=gae (the group advantage has no "
+                            "critic)", "ppo.")
+        if not P.imitate:
+            out += _ignored(P, ["imitate_sequences", "imitate_epochs", "imitate_lr"], "with ppo.imitate (the "
+                            "behaviour-cloning warm start is off)", "ppo.")
+        if not E.validate:
+            out += _ignored(E, ["validate_length", "validate_every", "validate_seed"], "with eval.validate > 0 (the "
+                            "held-out windows are off)", "eval.")
+        if E.greedy:
+            out += _ignored(E, ["samples"], "to sampled evaluation (eval.greedy=true makes one argmax pass)", "eval.")
+        return out
+
 
 # ----------------------------------------------------------------------------- sched heuristics / sched eval
 
@@ -202,6 +284,27 @@ class WindowOptions(Options):
     trace_seed: int = option(0, help="seed of the generated trace (no --trace)", ge=0)
     json: bool = option(False, help="print one JSON object {policy: {metric: value}}")
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.starts is not None:
+            parse_starts(self.starts)
+        if self.start is not None and self.starts is not None:
+            raise ConfigError(f"--start {self.start} and --starts {self.starts} both choose the windows: give one")
+        chosen = "--start" if self.start is not None else "--starts" if self.starts is not None else None
+        if chosen:
+            _refuse_ignored(self, ["sequences"], f"to random windows, and {chosen} chooses them")
+        if self.trace:
+            _refuse_ignored(self, ["generate_jobs", "trace_seed"], f"to the generated trace, and --trace "
+                            f"{self.trace} is given")
+        elif self.lenient:
+            raise ConfigError("--lenient would be ignored: it skips malformed lines of an SWF --trace, and no "
+                              "--trace is given (the generated trace has none)")
+
+    @property
+    def random_windows(self) -> bool:
+        """Whether the windows are drawn at random (neither ``--start`` nor ``--starts``): ``--seed`` draws them."""
+        return self.start is None and self.starts is None
+
 
 @dataclass(kw_only=True)
 class HeuristicsOptions(WindowOptions):
@@ -212,6 +315,9 @@ class HeuristicsOptions(WindowOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_heuristics(self.policy or [], "--policy")
+        if not self.random_windows:  # the heuristics are deterministic: the seed only draws windows
+            _refuse_ignored(self, ["seed"], "to random windows (the heuristics are deterministic), and "
+                            f"{'--start' if self.start is not None else '--starts'} chooses them")
 
 
 @dataclass(kw_only=True)
@@ -232,6 +338,11 @@ class EvalCommandOptions(WindowOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_heuristics(self.policy, "--policy")
+        if self.greedy:
+            _refuse_ignored(self, ["samples"], "to sampled runs (--greedy makes one argmax pass per window)")
+            if not self.random_windows:
+                _refuse_ignored(self, ["seed"], "to random windows and sampled runs, and --greedy with "
+                                f"{'--start' if self.start is not None else '--starts'} uses neither")
 
 
 @dataclass(kw_only=True)
@@ -269,4 +380,5 @@ class SchedTour(Options):
 __all__ = [
     "BACKFILLS", "METRIC_CHOICES", "EnvOptions", "EvalCommandOptions", "EvalOptions", "ExportOptions",
     "HeuristicsOptions", "PPOOptions", "SchedConfig", "SchedDist", "SchedTour", "TraceOptions", "WindowOptions",
+    "parse_starts",
 ]

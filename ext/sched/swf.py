@@ -172,78 +172,100 @@ class SchedTrace:
                                  "executable")})
 
 
+def _raw_lines(path: Path):
+    """``(line number, bytes)`` of each line of ``path``, streamed: plain or gzip-compressed (told by the
+    magic bytes, not the name), with LF, CRLF or CR-only line endings (the ending itself left out).
+
+    The bytes go through :func:`~torchhpc.ext.core.paths.open_text` as Latin-1, which maps every byte to
+    one character and back, so the caller still sees (and names) the exact bytes of a line that is not UTF-8.
+
+    Raises:
+        InputError: gzip data that is damaged or cut short, naming the line it reached.
+    """
+    import gzip
+    import zlib
+
+    from torchhpc.ext.core.paths import open_text
+
+    lineno = 0  # the last line read whole: a damaged gzip stream is named at the line after it
+    try:
+        with open_text(path, what="trace", encoding="latin-1") as fh:
+            for lineno, text in enumerate(fh, 1):
+                yield lineno, text.removesuffix("\n").encode("latin-1")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise InputError(f"{path}:{lineno + 1}: damaged or truncated gzip data ({exc or type(exc).__name__}); "
+                         f"check the file with gzip -t") from None
+
+
 def read_swf(path: str | Path, *, strict: bool = True) -> Trace:
-    """Parse an SWF file.
+    """Parse an SWF file, plain or gzip-compressed (``.swf.gz`` as the Parallel Workloads Archive ships
+    them), with LF, CRLF or CR line endings.
 
     Args:
-        path: the ``.swf`` file (any name).
+        path: the ``.swf`` or ``.swf.gz`` file (any name: gzip is told by its magic bytes).
         strict: a malformed line (wrong field count, non-numeric field) is an error naming its
             line number; with ``strict=False`` such lines are skipped and listed in
             :attr:`Trace.skipped`.
 
     Raises:
-        InputError: missing or empty file, malformed line (strict), no job at all.
+        InputError: missing or empty file, damaged gzip data, malformed line (strict), no job at all.
     """
     p = Path(path)
     if not p.is_file():
-        raise InputError(f"{p}: trace file not found")
+        raise InputError(f"{p}: trace file not found" if not p.exists() else f"{p}: a folder, not a trace file")
     max_nodes = max_procs = None
     rows: list[list[float]] = []
     skipped: list[tuple[int, str]] = []
-    with open(p, "rb") as fh:
-        for lineno, raw in enumerate(fh, 1):
-            if lineno == 1:
-                if raw.startswith(b"\x1f\x8b"):
-                    raise InputError(f"{p}:1: the file is gzip-compressed; decompress it first (gunzip)")
-                if raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not part of the line
-                    raw = raw[3:]
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if raw.lstrip().startswith(b";"):  # a comment (e.g. a Latin-1 site name) is not read anyway
-                    line = raw.decode("utf-8", errors="replace")
-                else:
-                    why = (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); an SWF trace "
-                           "is plain text")
-                    if strict:
-                        raise InputError(f"{p}:{lineno}: {why}") from None
-                    skipped.append((lineno, why))
-                    continue
-            if "\x00" in line:
-                why = "binary data (a NUL byte); an SWF trace is plain text"
+    for lineno, raw in _raw_lines(p):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not part of the line
+            raw = raw[3:]
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if raw.lstrip().startswith(b";"):  # a comment (e.g. a Latin-1 site name) is not read anyway
+                line = raw.decode("utf-8", errors="replace")
+            else:
+                why = (f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); an SWF trace "
+                       "is plain text")
                 if strict:
-                    raise InputError(f"{p}:{lineno}: {why}")
+                    raise InputError(f"{p}:{lineno}: {why}") from None
                 skipped.append((lineno, why))
                 continue
-            s = line.strip()
-            if not s:
-                continue
-            if s.startswith(";"):
-                m = _HEADER_INT.match(s)  # tolerates "; MaxNodes: 338 (batch partition; 512 total)"
-                if m:
-                    if m.group(1) == "MaxNodes":
-                        max_nodes = int(m.group(2))
-                    else:
-                        max_procs = int(m.group(2))
-                continue
-            parts = s.split()
-            reason = None
-            if len(parts) != 18:
-                reason = f"expected 18 fields, found {len(parts)}"
-            else:
-                try:
-                    vals = [float(x) for x in parts]
-                except ValueError:
-                    bad = next(x for x in parts if not _is_number(x))
-                    reason = f"field {parts.index(bad) + 1} is not a number: {bad!r}"
+        if "\x00" in line:
+            why = "binary data (a NUL byte); an SWF trace is plain text"
+            if strict:
+                raise InputError(f"{p}:{lineno}: {why}")
+            skipped.append((lineno, why))
+            continue
+        s = line.strip()
+        if not s:
+            continue
+        if s.startswith(";"):
+            m = _HEADER_INT.match(s)  # tolerates "; MaxNodes: 338 (batch partition; 512 total)"
+            if m:
+                if m.group(1) == "MaxNodes":
+                    max_nodes = int(m.group(2))
                 else:
-                    reason = _bad_value(vals, parts)
-            if reason is not None:
-                if strict:
-                    raise InputError(f"{p}:{lineno}: malformed SWF line ({reason}); use lenient mode to skip such lines")
-                skipped.append((lineno, reason))
-                continue
-            rows.append(vals)
+                    max_procs = int(m.group(2))
+            continue
+        parts = s.split()
+        reason = None
+        if len(parts) != 18:
+            reason = f"expected 18 fields, found {len(parts)}"
+        else:
+            try:
+                vals = [float(x) for x in parts]
+            except ValueError:
+                bad = next(x for x in parts if not _is_number(x))
+                reason = f"field {parts.index(bad) + 1} is not a number: {bad!r}"
+            else:
+                reason = _bad_value(vals, parts)
+        if reason is not None:
+            if strict:
+                raise InputError(f"{p}:{lineno}: malformed SWF line ({reason}); use lenient mode to skip such lines")
+            skipped.append((lineno, reason))
+            continue
+        rows.append(vals)
     if not rows:
         raise InputError(f"{p}: no job lines found (is this an SWF file?)")
     data = np.asarray(rows, dtype=np.float64)

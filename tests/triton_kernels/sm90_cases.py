@@ -102,7 +102,7 @@ def kraken_cases():
 
 
 def ccsdt_cases():
-    from torchhpc.triton_kernels.ccsdt import triples_energy_partials
+    from torchhpc.triton_kernels.ccsdt import epilogue_partials, triples_energy_partials, virtual_tile_triples
 
     for o, v in ((1, 1), (3, 5), (4, 16)):
         f64 = {"dtype": torch.float64, "generator": _g(o * 100 + v)}
@@ -116,6 +116,11 @@ def ccsdt_cases():
             yield f"ccsdt triples o={o} v={v} tile={tile}", \
                 lambda a=(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, idx, wgt), tile=tile: \
                 triples_energy_partials(*a, tile=tile)
+        layouts = [torch.randn(idx.shape[0], v, v, v, **f64) for _ in range(3)]
+        vt_idx, vt_w = virtual_tile_triples(v, 8)
+        yield f"ccsdt epilogue o={o} v={v}", \
+            lambda a=(*layouts, t1, t2, ovov, fock_ov, mo_energy[:o], mo_energy[o:], idx, wgt, vt_idx, vt_w): \
+            epilogue_partials(*a, tile=8)
 
 
 CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases]

@@ -54,7 +54,7 @@ def test_every_launcher_compiles_for_sm90(report):
     names = {k["kernel"] for _, k in _kernels(report)}
     assert {"_lorenzo_quantize_kernel", "_xdrop_extend_kernel", "_bag_forward_kernel", "_bag_backward_rows_kernel",
             "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
-            "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel"} <= names
+            "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel"} <= names
 
 
 def test_addresses_from_pointer_arguments_are_64_bit(report):
@@ -69,7 +69,7 @@ def test_addresses_from_pointer_arguments_are_64_bit(report):
 def test_sizes_that_change_per_call_compile_once(report):
     """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight once per dtype over
-    shapes with dimensions of 1, 6, 16 and 37."""
+    shapes with dimensions of 1, 6, 16 and 37; ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
@@ -79,6 +79,8 @@ def test_sizes_that_change_per_call_compile_once(report):
         assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
     for _, k in _kernels(report, "foresight"):
         assert (k["signature"]["N0"], k["signature"]["N1"], k["signature"]["N2"]) == ("i32", "i32", "i32")
+    epilogue = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, "ccsdt epilogue")}
+    assert len(epilogue) == 1  # o = 1, 3, 4 and v = 1, 5, 16: one compiled kernel
     backward = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report)
                 if k["kernel"] == "_bag_backward_rows_kernel"}
     assert all(json.loads(v)[0]["nnz"] == "i32" for v in backward)

@@ -27,6 +27,24 @@ def test_torch_path_matches_dense_reference(nocc, nvir, symmetric):
         assert abs(ref) < 1e-15 and ours == 0.0
 
 
+@pytest.mark.parametrize("nocc,nvir", [(1, 5), (2, 1), (3, 5), (4, 7), (6, 4)])
+@pytest.mark.parametrize("block_triples", [None, 1, 2])
+def test_pair_blocked_path_matches_dense_reference(nocc, nvir, block_triples):
+    """The GPU's blocking (one occupied pair and a run of k per block, large GEMMs) equals the dense formula
+    on the CPU, with blocks of every length (a run of k split or whole)."""
+    from torchhpc.ext.ccsdt.ops import triples_energy_torch
+    from torchhpc.ext.ccsdt.pairs import pair_blocks
+
+    args = [torch.as_tensor(a) for a in random_inputs(nocc, nvir, seed=nocc * 7 + nvir, symmetric=nocc % 2 == 0)]
+    ref = triples_energy_reference(*args)
+    ours = triples_energy_torch(*args, blocking="pair", block_triples=block_triples)
+    assert close(ours, ref), (ours, ref)
+    triples = [(i, j, k0 + t) for i, j, k0, _, n in pair_blocks(nocc, block_triples or nocc) for t in range(n)]
+    assert triples == [tuple(r) for r in occupied_triples(nocc)[0].tolist()]  # each triple once, in order
+    with pytest.raises(InputError, match="blocking must be"):
+        triples_energy_torch(*args, blocking="quad")
+
+
 @pytest.mark.parametrize("block_triples", [1, 2, 5, 100])
 @pytest.mark.parametrize("num_threads", [1, 2])
 def test_block_size_and_threads_do_not_change_the_energy(block_triples, num_threads):
@@ -141,3 +159,19 @@ def test_backend_resolution_is_what_runs():
     assert triples_backend("reference", 8, "cpu") == "reference"
     with pytest.raises(InputError, match="backend must be"):
         triples_backend("fortran", 8, "cpu")
+
+
+def test_memory_budget_comes_from_the_device(monkeypatch):
+    """Without --max-memory the CPU gets the suite's default and a GPU 80 % of its free memory; the pair
+    blocks then take as many k as that memory holds (up to o)."""
+    from torchhpc.ext.ccsdt.config import DEFAULT_MAX_MEMORY_MB
+    from torchhpc.ext.ccsdt.ops import memory_budget_mb
+    from torchhpc.ext.ccsdt.pairs import pair_block_triples
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 * 2**30, 141 * 2**30))
+    assert memory_budget_mb(None, "cpu") == DEFAULT_MAX_MEMORY_MB
+    assert memory_budget_mb(None, "cuda") == pytest.approx(0.8 * 100 * 1024)
+    assert memory_budget_mb(123.0, "cuda") == 123.0
+    per_triple = 4 * 120**3 * 8
+    assert pair_block_triples(20, 120, 80 * 2**30) == 20 and pair_block_triples(40, 300, 20 * 2**30) == 24
+    assert pair_block_triples(20, 120, 5 * per_triple + 1) == 5 and pair_block_triples(20, 120, 0) == 1
