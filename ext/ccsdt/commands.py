@@ -334,7 +334,10 @@ def run_ccsdt(options: CCSDTOptions) -> int:
     :func:`compute` and print the report (or one JSON object, ``--json``) on rank 0, the warnings of the
     PySCF steps on stderr."""
     from torchhpc.ext.core.distributed import launched_by_torchrun, torchrun_rank
+    from torchhpc.ext.core.paths import check_output
 
+    if options.save_inputs is not None:  # before PySCF or any rank runs
+        check_output(options.save_inputs, inputs=[options.inputs, options.molecule.xyz], what="--save-inputs")
     if options.dist.nproc > 1 and not launched_by_torchrun():
         return launch(options)
     result = compute(options, progress=not options.json and sys.stderr.isatty())

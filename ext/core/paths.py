@@ -47,6 +47,17 @@ def check_input(path: str | os.PathLike, *, what: str = "input") -> Path:
     return p
 
 
+def check_not_an_input(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | None],
+                       what: str = "output") -> Path:
+    """``path`` as a :class:`Path` unless it names one of ``inputs`` (under any spelling, or a link to
+    it): writing it would destroy the input."""
+    p = Path(path)
+    for src in inputs:
+        if src is not None and _same_file(p, Path(src)):
+            raise InputError(f"{what} {p} is also an input; writing it would destroy the input (choose another path)")
+    return p
+
+
 def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike | None] = (),
                  what: str = "output", overwrite: bool = True) -> Path:
     """``path`` as a :class:`Path` when a file can be written there and it is none of ``inputs``.
@@ -56,10 +67,7 @@ def check_output(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike 
     systems such as ``/proc`` that permission bits do not show to root), and the path itself must not
     be a folder.  With ``overwrite=False`` an existing file is refused too.
     """
-    p = Path(path)
-    for src in inputs:
-        if src is not None and _same_file(p, Path(src)):
-            raise InputError(f"{what} {p} is also an input; writing it would destroy the input (choose another path)")
+    p = check_not_an_input(path, inputs, what=what)
     if p.is_dir():
         raise InputError(f"{what} {p}: is a folder; give a file name")
     if p.exists() and not overwrite:
@@ -96,4 +104,4 @@ def open_text(path: str | os.PathLike, *, what: str = "input", encoding: str = "
     return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline=None)
 
 
-__all__ = ["check_input", "check_output", "is_gzip", "open_text"]
+__all__ = ["check_input", "check_not_an_input", "check_output", "is_gzip", "open_text"]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.runs import atomic_torch_save, atomic_write_text
 
 from .checkpoints import (
     AGENT_SETTINGS,
@@ -105,7 +106,6 @@ def export_policy(run: str | Path, name: str, which: str = "best", folder: Path 
     d = folder or PRETRAINED_DIR
     d.mkdir(parents=True, exist_ok=True)
     out = d / f"{name}.pt"
-    torch.save({"step": step, "state": slim}, out)
     cfg_file = Path(run_dir) / "config.yaml"
     config = yaml.safe_load(cfg_file.read_text()) if cfg_file.is_file() else None
     summary_file = Path(run_dir) / "summary.json"
@@ -122,7 +122,10 @@ def export_policy(run: str | Path, name: str, which: str = "best", folder: Path 
         "scores": scores or {},
         "notes": notes,
     }
-    out.with_suffix(".json").write_text(json.dumps(info, indent=1) + "\n")
+    # the card first, then the weights, each atomically: a failed export leaves no half-written file, and a
+    # policy's .pt never stands beside another export's card
+    atomic_write_text(out.with_suffix(".json"), json.dumps(info, indent=1) + "\n")
+    atomic_torch_save({"step": step, "state": slim}, out)
     return out
 
 

@@ -32,7 +32,7 @@ def align(cmd: AlignCommand) -> int:
 
     from .output import check_output, write_alignments
 
-    check_output(cmd.output)  # a path that cannot be written fails before the alignment, not after
+    check_output(cmd.output, inputs=[cmd.target, cmd.query])  # before the alignment, not after
     if cmd.dist.nproc > 1 and not launched_by_torchrun():
         from torchhpc.ext.core.launch import relaunch
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 import numpy as np
@@ -113,18 +112,21 @@ def _to_stdout(path: str | os.PathLike | None) -> bool:
     return path is None or str(path) in ("", "-")
 
 
-def check_output(path: str | os.PathLike | None) -> None:
+def check_output(path: str | os.PathLike | None, inputs=()) -> None:
     """Fail before any work when ``path`` cannot be written (``None`` or ``-``: standard output).
 
     The file itself is not touched: an existing file keeps its contents until the alignments are
     written.
 
     Raises:
-        InputError: ``path`` is a folder, its folder does not exist, or it is not writable.
+        InputError: ``path`` is one of ``inputs`` (the FASTA files), a folder, its folder does not exist,
+            or it is not writable.
     """
     if _to_stdout(path):
         return
-    p = Path(path)
+    from torchhpc.ext.core.paths import check_not_an_input
+
+    p = check_not_an_input(path, inputs, what="--output")
     if p.is_dir():
         raise InputError(f"--output {p}: is a folder, not a file")
     if p.exists():

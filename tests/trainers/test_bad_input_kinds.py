@@ -277,3 +277,28 @@ def test_sched_export_refuses_to_write_over_an_input(capsys, tmp_path):
                       "--folder", tmp_path, "--unseen", trace)
     _one_line(rc, err, str(trace), "also an input")
     assert trace.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other.json"]
+
+
+def test_every_file_output_equal_to_an_input_is_refused_and_the_input_kept(capsys, tmp_path):
+    """align's --output, ccsdt's --save-inputs and foresight's output, each named as one of the command's own
+    inputs (under another spelling too): one line, non-zero, the input byte for byte as it was."""
+    import numpy as np
+
+    fa = tmp_path / "t.fa"
+    fa.write_text(">a\nACGTACGTTTGACCAGGCT\n")
+    (tmp_path / "q.fa").write_text(">b\nACGTACGTTTGACCAGGCT\n")
+    npy = tmp_path / "x.npy"
+    np.save(npy, np.arange(12, dtype=np.float32))
+    npz = tmp_path / "in.npz"
+    npz.write_bytes(b"not read: the output is refused first")
+    cases = [
+        (["align", fa, tmp_path / "q.fa", "--output", tmp_path / "." / "t.fa"], fa, "--output"),
+        (["align", fa, tmp_path / "q.fa", "--output", tmp_path / "q.fa"], tmp_path / "q.fa", "--output"),
+        (["ccsdt", "--inputs", npz, "--save-inputs", npz], npz, "--save-inputs"),
+        (["foresight", "compress", npy, npy, "--bound", "0.1"], npy, "output"),
+    ]
+    for argv, victim, flag in cases:
+        before = victim.read_bytes()
+        rc, _, err = _run(capsys, *argv)
+        _one_line(rc, err, flag, "is also an input")
+        assert victim.read_bytes() == before, argv
