@@ -81,12 +81,14 @@ def xdrop_extend_torch(
         # walking left is walking right on the reversed arrays: one contiguous window per hit either way
         t_pad, q_pad = t_pad.flip(0), q_pad.flip(0)
         a_t, a_q = t_pad.numel() - 1 - a_t, q_pad.numel() - 1 - a_q
-    flat_table = table.reshape(-1).to(torch.int32)
-    neg = torch.iinfo(torch.int32).min
+    # running scores in int64, as LASTZ, the compiled CPU filter and the Triton kernel keep them (int32 wraps
+    # past 2^31: ~21 Mbp of identical sequence at HOXD70's match scores)
+    flat_table = table.reshape(-1).to(torch.int64)
+    neg = torch.iinfo(torch.int64).min
     act = torch.arange(H, device=dev)
-    a_best = torch.zeros(H, dtype=torch.int32, device=dev)
+    a_best = torch.zeros(H, dtype=torch.int64, device=dev)
     a_len = torch.zeros(H, dtype=torch.int64, device=dev)
-    a_run = torch.zeros(H, dtype=torch.int32, device=dev)
+    a_run = torch.zeros(H, dtype=torch.int64, device=dev)
     k = 0
     T = tile
     while act.numel():
@@ -95,7 +97,7 @@ def xdrop_extend_torch(
         tw = t_pad.unfold(0, T, 1).index_select(0, a_t + k)
         qw = q_pad.unfold(0, T, 1).index_select(0, a_q + k)
         s = flat_table[tw + qw]
-        run = s.cumsum(1, dtype=torch.int32).add_(a_run[:, None])
+        run = s.cumsum(1, dtype=torch.int64).add_(a_run[:, None])
         peak = torch.maximum(run.cummax(1).values, a_best[:, None])
         drop = run < peak - xdrop
         done = drop.any(1)
@@ -108,7 +110,7 @@ def xdrop_extend_torch(
         a_best = torch.where(better, t_best, a_best)
         if bool(done.any()):
             idx = act[done]
-            best[idx] = a_best[done].to(torch.int64)
+            best[idx] = a_best[done]
             length[idx] = a_len[done]
             scanned[idx] = k + first[done] + 1
             keep = ~done
@@ -241,9 +243,11 @@ def remove_contained(h: HSPs) -> HSPs:
         return h
     diag = h.t_start - h.q_start
     end = h.q_start + h.length
-    # sort by diagonal, start, then longer first: a later HSP is contained iff its end <= max end so far
+    # sort by diagonal, start, then longer first: a later HSP is contained iff its end <= max end so far.
+    # Three stable sorts, least significant key first: one combined int64 key (diag * big^2 + ...)
+    # overflows once the sequences pass ~2 Mbp
+    order = _lexsort(-end, h.q_start, diag)
     big = int(end.max()) + 2
-    order = torch.argsort((diag - int(diag.min())) * big * big + h.q_start * big + (big - 1 - end), stable=True)
     d, e = diag[order], end[order]
     same = torch.zeros_like(d, dtype=torch.bool)
     same[1:] = d[1:] == d[:-1]
@@ -253,8 +257,17 @@ def remove_contained(h: HSPs) -> HSPs:
     prev_max = torch.cat([shifted.new_full((1,), -1), shifted.cummax(0).values[:-1]])
     contained = same & (shifted <= prev_max)
     kept = order[~contained]
-    kept = kept[torch.argsort(h.q_start[kept] * big + h.t_start[kept], stable=True)] if kept.numel() else kept
+    kept = kept[_lexsort(h.t_start[kept], h.q_start[kept])] if kept.numel() else kept
     return h.select(kept)
+
+
+def _lexsort(*keys: torch.Tensor) -> torch.Tensor:
+    """The permutation sorting by ``keys[-1]``, then ``keys[-2]``, ... (numpy's ``lexsort`` order): stable
+    sorts from the least significant key, so no key is ever combined with another into one integer."""
+    order = torch.argsort(keys[0], stable=True)
+    for k in keys[1:]:
+        order = order[torch.argsort(k[order], stable=True)]
+    return order
 
 
 def ungapped_hsps(

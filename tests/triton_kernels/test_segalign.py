@@ -55,8 +55,8 @@ def test_kernel_equals_twin(kernel_device, n, H, seed, rate, xdrop, block_h, til
 
 
 def test_scores_past_two_to_the_31_stay_exact(kernel_device):
-    """An identical stretch scored 2^28 a match passes 2^31 after 8 cells: the kernel keeps int64 scores, as
-    LASTZ and the compiled CPU filter do (int32 scores wrapped negative and cut the extension short)."""
+    """An identical stretch scored 2^28 a match passes 2^31 after 8 cells: the kernel and its torch twin keep
+    int64 scores, as LASTZ and the compiled CPU filter do (int32 scores wrapped negative and cut the extension short)."""
     from torchhpc.triton_kernels.segalign import xdrop_extend_triton
 
     n = 40
@@ -67,11 +67,11 @@ def test_scores_past_two_to_the_31_stay_exact(kernel_device):
     dev = kernel_device
     for direction, starts in ((1, [0, 3]), (-1, [n - 1, n - 4])):
         first = torch.tensor(starts).to(dev)
-        best, length, scanned = xdrop_extend_triton(t.to(dev), t.to(dev), first, first, direction,
-                                                    table.to(dev), 2**29)
         cells = torch.tensor([n, n - 3])  # every cell to the end matches; the wall after it drops
-        assert torch.equal(best.cpu(), cells * 2**28) and int(best.max()) > 2**33
-        assert torch.equal(length.cpu(), cells) and torch.equal(scanned.cpu(), cells + 1)
+        for run in (xdrop_extend_triton, xdrop_extend_torch):  # the kernel and its torch twin
+            best, length, scanned = run(t.to(dev), t.to(dev), first, first, direction, table.to(dev), 2**29)
+            assert torch.equal(best.cpu(), cells * 2**28) and int(best.max()) > 2**33
+            assert torch.equal(length.cpu(), cells) and torch.equal(scanned.cpu(), cells + 1)
 
 
 def test_dispatch_picks_triton_by_name(kernel_device):

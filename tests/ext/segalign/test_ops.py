@@ -128,3 +128,33 @@ def test_remove_contained():
              torch.tensor([9, 8, 7, 6, 5]))
     out = remove_contained(h)
     assert sorted(zip(out.t_start.tolist(), out.q_start.tolist(), strict=True)) == [(10, 0), (14, 2), (30, 20)]
+
+
+def _contained_by_brute_force(h: HSPs) -> list[tuple[int, int, int]]:
+    rows = list(zip(h.t_start.tolist(), h.q_start.tolist(), h.length.tolist(), strict=True))
+    keep = []
+    for n, (t, q, L) in enumerate(rows):
+        inside = [m for m, (t2, q2, L2) in enumerate(rows) if m != n and t2 - q2 == t - q and q2 <= q
+                  and q + L <= q2 + L2]
+        # of equal HSPs the first kept in (diagonal, start, longer first) order survives
+        if not any(rows[m] != (t, q, L) or m < n for m in inside):
+            keep.append((q, t, L))
+    return sorted(keep)
+
+
+@pytest.mark.parametrize("offset", [0, 3_000_000_000])
+def test_remove_contained_on_genome_scale_coordinates(offset):
+    """Positions past 2^31 and diagonals ~1e9 apart (a human-size target): the same HSPs survive as by brute
+    force, in query order (a combined diag * big^2 sort key overflowed int64 here)."""
+    g = torch.Generator().manual_seed(3)
+    n = 300
+    q = torch.randint(0, 6_000_000_000, (n,), generator=g) + offset
+    diag = torch.randint(-1_000_000_000, 1_000_000_000, (n // 3,), generator=g).repeat(3)
+    q[n // 3:] = q[:n // 3].repeat(2) + torch.randint(0, 50, (2 * n // 3,), generator=g)  # nested on a diagonal
+    length = torch.randint(1, 120, (n,), generator=g)
+    h = HSPs(q + diag + 2_000_000_000, q, length, torch.randint(0, 9, (n,), generator=g))
+    out = remove_contained(h)
+    assert sorted(zip(out.q_start.tolist(), out.t_start.tolist(), out.length.tolist(), strict=True)) == \
+        _contained_by_brute_force(h)
+    assert out.q_start.tolist() == sorted(out.q_start.tolist())
+    assert len(out) < n  # some were contained
