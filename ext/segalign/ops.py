@@ -297,8 +297,7 @@ def ungapped_hsps(
         diag = t_end[:0]
     else:
         diag = t_end - q_end
-        big = int(q_codes.numel()) + 1
-        order = torch.argsort((diag - int(diag.min())) * big + q_end)
+        order = _lexsort(q_end, diag)  # by diagonal, then query position (no combined key to overflow)
         diag, q_end_s, t_end_s = diag[order], q_end[order], t_end[order]
     while diag.numel():
         stats["rounds"] += 1
