@@ -9,6 +9,10 @@ Gauss-Newton and multiplicative updates, on one process or a 1D / 2D torch.distr
     out = cluster(g.A, SolverOptions(k=10, algo="anls"))      # out.labels, out.result.residual
     out = cluster(g.A, SolverOptions(k=10), device="cuda")    # where A and H live (default: auto)
 
+The defaults factorise the normalised similarity ``D^-1/2 A D^-1/2`` from the spectral (NNDSVD) start
+of :mod:`.spectral`, one start; ``cluster(A, SolverOptions(k, init="random"), normalize="none")`` is the
+unnormalised problem from a seeded random start, as before those defaults.
+
 The command ``torchhpc symnmf run/segment`` is :mod:`.commands`; its options are :mod:`.config`.
 """
 
@@ -18,6 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(__name__, {
     "ClusterResult": "clustering", "cluster": "clustering", "clustering_scores": "clustering",
     "ALGOS": "config", "GraphOptions": "config", "SolverOptions": "config", "SymnmfJob": "config",
     "Graph": "graphs", "check_similarity": "graphs", "digits_graph": "graphs", "knn_similarity": "graphs",
-    "read_graph": "graphs", "stochastic_block_model": "graphs", "nnls_bpp": "nnls", "SymNMFResult": "solvers",
-    "symnmf": "solvers",
+    "read_graph": "graphs", "stochastic_block_model": "graphs", "normalize_similarity": "graphs",
+    "nnls_bpp": "nnls", "SymNMFResult": "solvers", "symnmf": "solvers", "leading_eigenpairs": "spectral",
+    "nndsvd_factor": "spectral",
 })

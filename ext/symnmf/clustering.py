@@ -11,7 +11,7 @@ import torch
 from torchhpc.ext.core.device import pick_device
 
 from .config import SolverOptions
-from .graphs import check_similarity, cluster_labels, to_torch
+from .graphs import check_similarity, cluster_labels, normalize_similarity, to_torch
 from .ops import LocalSimilarity
 from .solvers import DTYPES, SymNMFResult, symnmf
 
@@ -21,6 +21,8 @@ class ClusterResult:
     labels: np.ndarray
     """``(n,)`` argmax of each row of ``H`` (``-1`` for isolated nodes)."""
     result: SymNMFResult
+    normalize: str = "sym"
+    """The scaling applied to ``A`` before it was factorised (``sym``: ``D^-1/2 A D^-1/2``; ``none``)."""
 
 
 def choose_layout(A: sp.csr_matrix, layout: str = "auto") -> bool:
@@ -32,12 +34,14 @@ def choose_layout(A: sp.csr_matrix, layout: str = "auto") -> bool:
 
 
 def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, device: str | torch.device = "auto",
-            symmetrize: bool = False, layout: str = "auto", callback=None) -> ClusterResult:
+            symmetrize: bool = False, layout: str = "auto", normalize: str = "sym", callback=None) -> ClusterResult:
     """SymNMF clustering of a similarity matrix on one process.
 
     Args:
         A: ``(n, n)`` symmetric nonnegative matrix (scipy sparse, numpy or a dense tensor).
-        opts: solver options (``k``, ``algo``, ``seed``, ``dtype`` ...).
+        opts: solver options (``k``, ``algo``, ``seed``, ``init``, ``restarts``, ``dtype`` ...).
+        normalize: ``sym`` factorises ``D^-1/2 A D^-1/2`` (the default, as the job's ``graph.normalize``;
+            Kuang, Ding & Park 2012), ``none`` factorises ``A`` itself.
         device: where ``A`` and ``H`` live: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``
             (the job's ``dist.device``).
         symmetrize: replace an asymmetric ``A`` by ``(A + A^T) / 2`` with a warning instead of failing.
@@ -49,10 +53,11 @@ def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, 
     if isinstance(A, torch.Tensor):
         A = A.to_dense().cpu().double().numpy() if A.layout != torch.strided else A.cpu().double().numpy()
     A, _ = check_similarity(A, opts.k, symmetrize=symmetrize)
+    A = normalize_similarity(A, normalize)
     dev = pick_device(device)
     At = to_torch(A, dense=choose_layout(A, layout), dtype=DTYPES[opts.dtype], device=dev)
     res = symnmf(LocalSimilarity(At), opts, callback=callback)
-    return ClusterResult(cluster_labels(res.H), res)
+    return ClusterResult(cluster_labels(res.H), res, normalize)
 
 
 def clustering_scores(truth: np.ndarray, labels: np.ndarray) -> dict[str, float]:

@@ -4,9 +4,11 @@
 ``runs/symnmf/<id>/`` (or ``--output DIR``): ``config.yaml``, ``metrics.jsonl`` (per iteration:
 relative residual, projected gradient, seconds per phase), ``summary.json`` (residual, iterations,
 time, ARI/NMI when labels are known), ``H.pt``, ``labels.txt`` (``node cluster`` per line) and
-``convergence.png``; rank 0 prints one line, or the summary as JSON.  The same function is each
-rank's job under torchrun (``torchrun -m torchhpc.trainers.symnmf``), and outside torchrun with
-``--nproc N > 1`` it relaunches itself on N local ranks.
+``convergence.png``; rank 0 prints one line, or the summary as JSON.  The summary and the line name
+the choices that shape the result: ``k`` (and where the largest gap of the leading eigenvalues of the
+factorised matrix lies, a hint for ``k``), ``normalize``, ``init``, ``restarts`` and which start was
+kept.  The same function is each rank's job under torchrun (``torchrun -m torchhpc.trainers.symnmf``),
+and outside torchrun with ``--nproc N > 1`` it relaunches itself on N local ranks.
 
 ``segment`` cuts an image into segments and writes ``segmentation.png`` and ``summary.json``.
 
@@ -68,7 +70,7 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
 
     from .clustering import choose_layout, clustering_scores
     from .graphs import cluster_labels, load_graph, to_torch
-    from .solvers import DTYPES, symnmf
+    from .solvers import DTYPES, eigengap_k, symnmf
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
@@ -94,8 +96,9 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
     def log(rec: dict) -> None:
         phases = {k: v for k, v in rec.items() if k.endswith("_s") and k != "time_s"}
         delta = {f"{k}": round(v - last["phase"].get(k, 0.0), 6) for k, v in phases.items()}
+        since = 0.0 if rec["iter"] == 0 else last["t"]            # each start's clock begins at 0
         run.log(last["step"], iter=rec["iter"], restart=rec.get("restart", 0), residual=rec["residual"],
-                pgrad=rec["pgrad"], iter_s=round(rec["time_s"] - last["t"], 6), **delta)
+                pgrad=rec["pgrad"], iter_s=round(rec["time_s"] - since, 6), **delta)
         last["phase"], last["t"], last["step"] = phases, rec["time_s"], last["step"] + 1
         bar.update(1 if rec["iter"] else 0)
         bar.set_postfix(residual=f"{rec['residual']:.5f}")
@@ -106,7 +109,10 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
     H = gather_rows(res.H, op) if ctx.world_size > 1 else res.H
     wall = time.perf_counter() - t0
     labels = cluster_labels(H)
-    summary = {"graph": g.source, "n": g.n, "nnz": int(g.A.nnz), "k": cfg.solver.k, "algo": cfg.solver.algo,
+    summary = {"graph": g.source, "n": g.n, "nnz": int(g.A.nnz), "k": cfg.solver.k,
+               "eigengap_k": eigengap_k(res.eigenvalues), "normalize": cfg.graph.normalize,
+               "init": cfg.solver.init, "restarts": cfg.solver.restarts, "kept_start": res.restart,
+               "start_residuals": res.restart_residuals, "algo": cfg.solver.algo,
                "layout": "dense" if dense else "sparse", "processes": pr * pc, "grid": [pr, pc],
                "residual": res.residual, "pgrad": res.pgrad, "iterations": res.iterations,
                "stopped_by": res.converged, "time_s": wall, "seed": cfg.solver.seed,
@@ -141,7 +147,10 @@ def _report(summary: dict, as_json: bool) -> None:
         print(json.dumps(summary, allow_nan=False, default=str), flush=True)
         return
     scores = f"  ARI {summary['ari']:.3f}  NMI {summary['nmi']:.3f}" if "ari" in summary else ""
-    print(f"symnmf {summary['algo']}: n={summary['n']} k={summary['k']} residual {summary['residual']:.6f} "
+    gap = f" (largest eigengap at {summary['eigengap_k']})" if summary.get("eigengap_k") else ""
+    kept = f", kept start {summary['kept_start']}" if summary["restarts"] > 1 else ""
+    print(f"symnmf {summary['algo']}: n={summary['n']} k={summary['k']}{gap}, normalize {summary['normalize']}, "
+          f"init {summary['init']}, restarts {summary['restarts']}{kept}: residual {summary['residual']:.6f} "
           f"after {summary['iterations']} iterations ({summary['stopped_by']}), {summary['time_s']:.2f} s"
           f"{scores}\n  -> {summary['run_dir']}", flush=True)
     for note in summary.get("warnings", []):

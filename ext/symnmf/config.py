@@ -32,12 +32,13 @@ class SolverOptions(Options):
     target_residual: float = option(0.0, help="stop once the relative residual ||A - HH^T|| / ||A|| is at most "
                                     "this (0: off)", ge=0)
     alpha: float | None = option(None, help="ANLS/HALS penalty alpha ||W - H||^2 (null: max(A)^2)", ge=0)
-    init: str = option("random", help="random: uniform in [0, 2 sqrt(mean(A) / k)] (Kuang et al.) | "
-                       "unit: uniform in [0, 1]", choices=["random", "unit"])
-    seed: int = option(0, help="seed of the initial H (the same H on any number of processes)", ge=0,
-                       flag="--seed")
-    restarts: int = option(1, help="independent random starts (seeds seed + 1000003 r); the lowest residual wins",
-                           ge=1, le=1000)
+    init: str = option("nndsvd", help="start 0: nndsvd (NNDSVD of the k leading eigenpairs of A, by block "
+                       "Krylov; deterministic) | random: uniform in [0, 2 sqrt(mean(A) / k)] (Kuang et al.) | "
+                       "unit: uniform in [0, 1]", choices=["nndsvd", "random", "unit"])
+    seed: int = option(0, help="seed of the random starts and of the Krylov start block (the same H on any "
+                       "number of processes)", ge=0, flag="--seed")
+    restarts: int = option(1, help="starts: start 0 from init, starts r >= 1 random (seeds seed + 1000003 r); "
+                           "the lowest final residual wins", ge=1, le=1000)
     cg_iters: int = option(20, help="gn: conjugate-gradient iterations per Gauss-Newton step", ge=1)
     cg_tol: float = option(1e-6, help="gn: CG stops when its residual drops by this factor", gt=0, lt=1)
     line_search: int = option(10, help="gn: step halvings tried when the projected step does not decrease "
@@ -61,7 +62,8 @@ class GraphOptions(Options):
     n_neighbors: int = option(10, help="kNN graph: neighbours per point (the point itself included)", ge=1)
     symmetrize: bool = option(True, help="edge lists: a directed edge u->v becomes u-v; a non-symmetric matrix "
                               "becomes (A + A^T)/2 with a warning (false: an error)")
-    normalize: str = option("none", help="none | sym: D^-1/2 A D^-1/2", choices=["none", "sym"])
+    normalize: str = option("sym", help="sym: factorise D^-1/2 A D^-1/2 (nodes with only a self-loop become "
+                            "isolated) | none: A as given", choices=["none", "sym"])
     layout: str = option("auto", help="dense | sparse (torch CSR) | auto: dense when n <= 20000 and A is >5% full",
                          choices=["auto", "dense", "sparse"])
     sbm_n: int = option(100_000, help="sbm: nodes", ge=2)

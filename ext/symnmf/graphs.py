@@ -378,11 +378,29 @@ def check_similarity(A: sp.spmatrix | np.ndarray, k: int | None = None, *, symme
 
 
 def normalize_similarity(A: sp.csr_matrix, how: str = "sym") -> sp.csr_matrix:
-    """``sym``: ``D^{-1/2} A D^{-1/2}`` (Kuang, Ding & Park 2012; isolated nodes stay 0); ``none``: ``A``."""
+    """``sym``: ``D^{-1/2} A D^{-1/2}`` (Kuang, Ding & Park 2012); ``none``: ``A`` unchanged.
+
+    Under ``sym`` a node whose only similarity is to itself (a self-loop and nothing else) is made
+    isolated: scaled, its self-loop would be a unit diagonal entry, a component of its own with
+    eigenvalue 1, and both SymNMF and spectral methods would spend a whole cluster (a column of ``H``)
+    on it.  Its row stays 0, so it gets label ``-1`` like any isolated node (a warning says how many).
+
+    Raises:
+        InputError: ``how`` is neither ``sym`` nor ``none``.
+    """
     if how == "none":
         return A
     if how != "sym":
         raise InputError(f"normalize must be 'sym' or 'none', got {how!r}")
+    A = sp.csr_matrix(A)
+    diag = A.diagonal()
+    lonely = (diag != 0) & (np.asarray((A != 0).sum(axis=1)).ravel() == 1)
+    if lonely.any():
+        warnings.warn(f"{int(lonely.sum())} node(s) with a self-loop and no other similarity are treated as "
+                      "isolated under normalize=sym (their rows of H stay 0 and they get label -1)",
+                      UserWarning, stacklevel=2)
+        A = (A - sp.diags(np.where(lonely, diag, 0.0))).tocsr()
+        A.eliminate_zeros()
     d = np.asarray(A.sum(axis=1)).ravel()
     inv = np.zeros_like(d)
     inv[d > 0] = d[d > 0] ** -0.5

@@ -7,8 +7,11 @@
 
   with scipy's active-set NNLS (Lawson & Hanson), then the same for ``H`` given ``W``.
 * :func:`objective` — ``||A - H H^T||_F`` formed explicitly.
+* :func:`nndsvd_reference` — the NNDSVD start of Boutsidis & Gallopoulos (2008) for a symmetric
+  ``A``, from every eigenpair of ``numpy.linalg.eigh``: the dense check of :mod:`.spectral`.
 
-Used by the tests as the independent check of the batched block-principal-pivoting solver.
+Used by the tests as the independent checks of the batched block-principal-pivoting solver and of the
+Krylov-based spectral start.
 """
 
 from __future__ import annotations
@@ -41,3 +44,25 @@ def anls_reference(A: np.ndarray, H0: np.ndarray, alpha: float, iterations: int)
         W = _nnls_rows(H, A, H, alpha)
         H = _nnls_rows(W, A, W, alpha)
     return W, H
+
+
+def nndsvd_reference(A: np.ndarray, k: int, fill: float) -> np.ndarray:
+    """NNDSVD of a symmetric ``A`` ``(n, n)`` from its ``k`` largest eigenpairs (dense ``eigh``).
+
+    For each pair ``(lambda, u)`` with ``lambda > 0``: ``u+ = max(u, 0)``, ``u- = max(-u, 0)``; the part
+    with the larger norm ``p`` gives the column ``sqrt(lambda * ||p||^2) p / ||p||`` (the symmetric
+    case of their ``sqrt(sigma m) x / ||x||``).  Zero entries (and the columns of non-positive
+    eigenvalues) become ``fill``; rows of isolated nodes (all-zero rows of ``A``) stay 0.
+    """
+    lam, U = np.linalg.eigh(A)
+    order = np.argsort(lam)[::-1][:k]
+    H = np.zeros((A.shape[0], k))
+    for j, i in enumerate(order):
+        if lam[i] <= 0:
+            continue
+        pos, neg = np.maximum(U[:, i], 0.0), np.maximum(-U[:, i], 0.0)
+        p = pos if pos @ pos >= neg @ neg else neg
+        H[:, j] = np.sqrt(lam[i] * (p @ p)) * p / np.linalg.norm(p)
+    H[H <= 0] = fill
+    H[~A.any(axis=1)] = 0.0
+    return H

@@ -30,6 +30,7 @@ code runs on one process or a process grid.  The residual is evaluated without f
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from torchhpc.ext.core.errors import InputError
 
 from .config import SolverOptions
 from .nnls import nnls_bpp
+from .spectral import leading_eigenpairs, nndsvd_factor
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -63,14 +65,24 @@ class SymNMFResult:
     """Per iteration: ``iter``, ``residual``, ``pgrad``, ``time_s`` and seconds per phase."""
     W: torch.Tensor | None = None
     """ANLS/HALS: the second factor of the penalty formulation (close to ``H``)."""
+    restart: int = 0
+    """Which of the ``restarts`` starts this is (0: the ``init`` start)."""
+    restart_residuals: list[float] = field(default_factory=list)
+    """The final residual of every start, in order."""
+    eigenvalues: list[float] | None = None
+    """``init: nndsvd``: the leading Ritz values of ``A`` (``k`` + a few, descending)."""
 
 
 def initial_factor(op, k: int, opts: SolverOptions) -> torch.Tensor:
     """The seeded initial ``H`` for this rank's rows (identical on any number of processes).
 
-    The full ``(n, k)`` matrix is drawn on the CPU in float64 from ``opts.seed`` and sliced, so a
-    rank's rows do not depend on the world size, the device or the dtype.
+    ``random``/``unit``: the full ``(n, k)`` matrix is drawn on the CPU in float64 from ``opts.seed``
+    and sliced, so a rank's rows do not depend on the world size, the device or the dtype.
+    ``nndsvd``: :func:`~.spectral.nndsvd_factor`, the nonnegative part of the ``k`` leading eigenpairs
+    of ``A`` (computed through ``op``; its start block is seeded the same way).
     """
+    if opts.init == "nndsvd":
+        return nndsvd_factor(op, k)
     g = torch.Generator().manual_seed(opts.seed)
     H = torch.rand(op.n, k, generator=g, dtype=torch.float64)
     if opts.init == "random":
@@ -78,6 +90,15 @@ def initial_factor(op, k: int, opts: SolverOptions) -> torch.Tensor:
         H *= 2.0 * math.sqrt(max(mean, 0.0) / k)
     H = H[op.owned_rows()].to(dtype=op.dtype, device=op.device)
     return H.masked_fill(op.isolated[:, None].to(op.device), 0.0)
+
+
+def restart_options(opts: SolverOptions, r: int) -> SolverOptions:
+    """The options of start ``r`` of ``opts.restarts``: start 0 is ``opts`` itself; start ``r >= 1`` is a
+    random start (``init: random`` unless ``unit`` was asked for) with the seed ``seed + 1000003 r``."""
+    if r == 0:
+        return dataclasses.replace(opts, restarts=1)
+    init = "unit" if opts.init == "unit" else "random"
+    return dataclasses.replace(opts, restarts=1, seed=opts.seed + 1_000_003 * r, init=init)
 
 
 def _residual(op, H: torch.Tensor, AH: torch.Tensor, G: torch.Tensor) -> float:
@@ -97,44 +118,72 @@ def _pgrad(op, H: torch.Tensor, AH: torch.Tensor, G: torch.Tensor) -> float:
 
 def symnmf(op, opts: SolverOptions, *, H0: torch.Tensor | None = None,
            callback: Callable[[dict], None] | None = None) -> SymNMFResult:
-    """Factorise ``A ~ H H^T`` with ``H >= 0`` using ``opts.algo`` (best of ``opts.restarts`` starts).
+    """Factorise ``A ~ H H^T`` with ``H >= 0`` by ``opts.algo``: the lowest residual of ``opts.restarts`` starts.
 
-    With ``restarts = R > 1`` the solver runs from the seeds ``seed + 1000003 r``, ``r < R``, and
-    returns the run with the lowest residual (Kuang et al. 2015 pick the best of several random
-    starts the same way); its ``history`` and ``time_s`` cover all runs.
+    Start 0 is ``opts.init`` (by default the spectral NNDSVD start, :mod:`.spectral`); starts
+    ``r = 1 .. R-1`` are random with the seeds ``seed + 1000003 r`` (:func:`restart_options`).  The
+    run with the lowest final residual is returned, ties to the earlier start (Kuang, Yun & Park 2015
+    keep the best of several starts the same way).  ``history`` and ``time_s`` cover all runs and the
+    spectral start.  With ``init: random`` the starts and the choice are those of the releases before
+    the spectral start existed.
 
     Args:
         op: a similarity operator (:class:`~.ops.LocalSimilarity` or a distributed one).
-        opts: the solver options (``k``, ``algo``, stopping rules, seed ...).
-        H0: ``(n_local, k)`` initial factor (default: :func:`initial_factor`).
+        opts: the solver options (``k``, ``algo``, ``init``, ``restarts``, stopping rules, seed ...).
+        H0: ``(n_local, k)`` initial factor of start 0 (default: :func:`initial_factor`).
         callback: called with each iteration's record (``iter``, ``residual``, ``pgrad``, times).
 
     Returns:
-        A :class:`SymNMFResult`.
+        A :class:`SymNMFResult` (``restart``: which start it is; ``restart_residuals``: every start's).
 
     Raises:
         InputError: ``k > n``, or an ``H0`` of the wrong shape or with negative entries.
     """
-    if opts.restarts > 1 and H0 is None:
-        best = None
-        t0 = time.perf_counter()
-        history: list[dict] = []
-        for r in range(opts.restarts):
-            one = dataclasses.replace(opts, restarts=1, seed=opts.seed + 1_000_003 * r)
-            res = _solve(op, one, None, callback)
-            history.extend({**h, "restart": r} for h in res.history)
-            if best is None or res.residual < best.residual:
-                best = res
-        best.history = history
-        best.time_s = time.perf_counter() - t0
-        return best
-    return _solve(op, opts, H0, callback)
+    if opts.k > op.n:
+        raise InputError(f"k = {opts.k} is larger than the number of nodes n = {op.n}")
+    t0 = time.perf_counter()
+    eigenvalues = None
+    if H0 is None and opts.init == "nndsvd":
+        pairs = leading_eigenpairs(op, opts.k)
+        eigenvalues = [float(v) for v in pairs.values]
+        H0 = nndsvd_factor(op, opts.k, pairs=pairs)
+    best = None
+    history: list[dict] = []
+    residuals: list[float] = []
+    for r in range(opts.restarts):
+        one = restart_options(opts, r)
+        cb = callback if callback is None or opts.restarts == 1 else functools.partial(_tag_restart, callback, r)
+        res = _solve(op, one, H0 if r == 0 else None, cb)
+        history.extend({**h, "restart": r} if opts.restarts > 1 else h for h in res.history)
+        residuals.append(res.residual)
+        if best is None or res.residual < best.residual:
+            best = res
+            best.restart = r
+    best.history = history
+    best.restart_residuals = residuals
+    best.eigenvalues = eigenvalues
+    best.time_s = time.perf_counter() - t0
+    return best
+
+
+def _tag_restart(callback: Callable[[dict], None], r: int, rec: dict) -> None:
+    callback({**rec, "restart": r})
+
+
+def eigengap_k(eigenvalues: list[float] | None) -> int | None:
+    """Where the largest gap of the leading eigenvalues lies: ``j`` maximising ``lambda_j - lambda_{j+1}``
+    (1-based; von Luxburg 2007, Sec. 8.3, on the normalised similarity); ``None`` without eigenvalues.
+
+    A hint for ``k`` (the number of well separated groups), not a choice: the run uses ``opts.k``.
+    """
+    if not eigenvalues or len(eigenvalues) < 2:
+        return None
+    gaps = [eigenvalues[j] - eigenvalues[j + 1] for j in range(len(eigenvalues) - 1)]
+    return 1 + max(range(len(gaps)), key=gaps.__getitem__)
 
 
 def _solve(op, opts: SolverOptions, H0, callback) -> SymNMFResult:
     k = opts.k
-    if k > op.n:
-        raise InputError(f"k = {k} is larger than the number of nodes n = {op.n}")
     H = initial_factor(op, k, opts) if H0 is None else H0.to(dtype=op.dtype, device=op.device).clone()
     if tuple(H.shape) != (op.n_local, k):
         raise InputError(f"H0 must be (n_local, k) = ({op.n_local}, {k}), got {tuple(H.shape)}")
