@@ -28,6 +28,7 @@ _EXPORTS = {
     "check_input": "paths", "check_output": "paths", "open_text": "paths",
     "checkpoint_files": "runs", "newest_intact": "runs", "torchrun_rank": "distributed",
     "pick_device": "device",
+    "UserFunction": "usercode", "describe_exception": "usercode", "load_function": "usercode",
     "DistContext": "distributed", "distributed": "distributed", "init_distributed": "distributed",
     "launched_by_torchrun": "distributed", "teardown_distributed": "distributed",
     "Run": "runs", "RunOptions": "runs", "agree": "runs", "atomic_torch_save": "runs", "atomic_write_text": "runs",

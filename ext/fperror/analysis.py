@@ -165,12 +165,14 @@ class Analysis:
     cut_level: int | None = None
     linear: bool = False
     linear_cut: int | None = None  # last level where a linear kernel's error propagation restarted
+    notes: list[str] = field(default_factory=list)  # what the input said that the bound does not use
 
     def as_json(self) -> dict:
         return {"name": self.name, "ops": self.num_ops, "nodes": self.num_nodes, "seconds": self.seconds,
                 "peak_mb": self.peak_mb, "device": self.device, "options": self.options,
                 "abstraction_cut_level": self.cut_level, "linear_closed_form": self.linear,
-                "linear_cut_level": self.linear_cut, "outputs": [o.as_json() for o in self.outputs]}
+                "linear_cut_level": self.linear_cut, "notes": self.notes,
+                "outputs": [o.as_json() for o in self.outputs]}
 
     @property
     def max_abs_bound(self) -> float:
@@ -361,6 +363,7 @@ def analyze(dag: ExprDAG, options: BoundOptions | None = None, *, progress: bool
     peak = (torch.cuda.max_memory_allocated(dev) / 2 ** 20) if dev.type == "cuda" else _rss_peak_mb()
     res = Analysis(dag.name, results, dag.num_ops, dag.num_nodes, time.perf_counter() - t0, peak, str(dev))
     res.cut_level = cut_level
+    res.notes = list(getattr(dag, "notes", []))
     res.linear = linear_used
     res.linear_cut = lin_cut[0] if (not use_bb and lin_cut) else None
     res.options = {"inputs": opts.inputs, "bb_iters": opts.bb_iters, "bb_batch": opts.bb_batch,

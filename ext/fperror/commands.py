@@ -11,13 +11,10 @@ inside the functions, so that the CLI builds its parser (``torchhpc --help``) wi
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
-from torchhpc.ext.core.errors import ConfigError, InputError
+from torchhpc.ext.core.errors import ConfigError, warn
 
 from .config import AnalyzeOptions, TraceOptions
 
@@ -28,6 +25,8 @@ def run_analyze(opts: AnalyzeOptions) -> int:
     from .ops import analyze_file
 
     res = analyze_file(opts.file, opts.format, opts.bound, progress=not opts.json and sys.stderr.isatty())
+    for line in res.notes:  # what the file says that the bound does not use (FPTaylor's Constraints, ...)
+        warn(line)
     print(json.dumps(res.as_json()) if opts.json else res.table(opts.bound.top))
     return 0
 
@@ -43,33 +42,38 @@ def _pairs(spec: str, what: str) -> dict[str, str]:
     return out
 
 
-def _load_function(target: str):
-    """The function ``module:function`` (or ``path.py:function``); InputError when it cannot be had."""
-    mod_name, fn_name = target.rsplit(":", 1)
-    try:
-        if mod_name.endswith(".py"):
-            spec = importlib.util.spec_from_file_location(Path(mod_name).stem, mod_name)
-            if spec is None or spec.loader is None:
-                raise ImportError(mod_name)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        else:
-            mod = importlib.import_module(mod_name)
-    except (ImportError, FileNotFoundError) as exc:
-        raise InputError(f"cannot import {mod_name!r}: {exc}") from None
-    fn = getattr(mod, fn_name, None)
-    if not callable(fn):
-        raise InputError(f"{mod_name} has no function {fn_name!r}")
-    return fn
+def _shapes(spec: str, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[int, ...]]:
+    """``--shapes x=8x8,y=8`` as ``{"x": (8, 8), "y": (8,)}``; ConfigError names a malformed entry, a
+    dimension below 1 or an argument without a range."""
+    shapes = {}
+    for k, v in _pairs(spec, "shapes").items():
+        try:
+            shapes[k] = tuple(int(x) for x in v.split("x"))
+        except ValueError:
+            raise ConfigError(f"--shapes: expected {k}=8x8, got {k}={v}") from None
+        if any(d < 1 for d in shapes[k]):
+            raise ConfigError(f"--shapes: {k}={v}: every dimension must be at least 1")
+        if k not in ranges:
+            raise ConfigError(f"--shapes: {k!r} has no range; give it in --ranges ({k}=LO:HI)")
+    return shapes
 
 
 def run_trace(opts: TraceOptions) -> int:
     """``torchhpc fperror trace module:function --ranges x=lo:hi``: import the function, parse ``--ranges``
-    and ``--shapes``, bound it and print the table (or one JSON object, ``--json``)."""
+    and ``--shapes``, bound it and print the table (or one JSON object, ``--json``).
+
+    The function is imported and called through :func:`~torchhpc.ext.core.usercode.load_function`: a
+    syntax error, an exception, a signature that does not take the arguments ``--ranges`` names, a
+    result that is not tensors are each one :class:`~torchhpc.ext.core.errors.InputError` line naming
+    the function.
+    """
     import torch
+
+    from torchhpc.ext.core.usercode import load_function
 
     from .ops import bound
 
+    fn = load_function(opts.target, "target")
     ranges = {}
     for k, v in _pairs(opts.ranges, "ranges").items():
         try:
@@ -79,13 +83,9 @@ def run_trace(opts: TraceOptions) -> int:
         ranges[k] = (lo, hi)
     if not ranges:
         raise ConfigError("--ranges: give a range for every argument, e.g. --ranges x=-1:1")
-    shapes = {}
-    for k, v in _pairs(opts.shapes, "shapes").items():
-        try:
-            shapes[k] = tuple(int(x) for x in v.split("x"))
-        except ValueError:
-            raise ConfigError(f"--shapes: expected {k}=8x8, got {k}={v}") from None
-    res = bound(_load_function(opts.target), ranges, shapes, getattr(torch, opts.dtype), opts.bound)
+    shapes = _shapes(opts.shapes, ranges)
+    fn.check_call(kwargs=ranges, flag="--ranges")
+    res = bound(fn, ranges, shapes, getattr(torch, opts.dtype), opts.bound)
     print(json.dumps(res.as_json()) if opts.json else res.table(opts.bound.top))
     return 0
 

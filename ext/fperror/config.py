@@ -26,7 +26,8 @@ class BoundOptions(Options):
     :func:`~torchhpc.ext.fperror.ops.analyze`, ``analyze_file``, ``bound`` and both commands."""
 
     inputs: str = option("exact", choices=["exact", "rounded"], flag="--inputs",
-                         help="inputs exact, or rounded from reals to their declared precision (FPTaylor's convention)")
+                         help="inputs exact, or rounded from reals (FPTaylor files: where a rounding applies to a real "
+                              "variable, FPTaylor's semantics; others: to their declared precision)")
     abstraction: str = option("auto", flag="--abstraction",
                               help="off, auto (cut DAGs deeper than abstraction_depth levels, in the middle third) "
                                    "or MIN:MAX (cut once at the level in that window crossed by the fewest nodes; "

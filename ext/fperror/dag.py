@@ -41,6 +41,66 @@ TRANSCENDENTAL = (EXP, LOG, SIN, COS, TAN, ATAN, SINH, COSH, TANH)
 # unit round-off (round to nearest) of each precision name, and the smallest subnormal's half
 UNIT_ROUNDOFF = {16: 2.0 ** -11, 32: 2.0 ** -24, 64: 2.0 ** -53, 128: 2.0 ** -113}
 UNDERFLOW = {16: 2.0 ** -25, 32: 2.0 ** -150, 64: 2.0 ** -1075, 128: 2.0 ** -16495}
+FORMATS = (16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """One rounding operator: ``rnd(w) = w (1 + d) + e`` with ``|d| <= u`` and ``|e| <= eta``.
+
+    ``bits`` is the IEEE format of the result (16, 32, 64, 128; 0 for no rounding at all).  Round to
+    nearest has ``u = 2^-p`` (p the significand's bits) and ``eta`` half the smallest subnormal;
+    FPTaylor's ``rnd[bits, type, scale, eps, delta]`` (its REFERENCE.md, "Rounding") doubles both for
+    the directed types ``up``, ``down``, ``zero``, multiplies both by ``scale`` (``rnd[64, ne, 1.5]``:
+    a library function within 1.5 ulp), or gives them explicitly as ``scale 2^eps`` and
+    ``scale 2^delta`` (0 meaning no such term).  ``nearest`` marks plain round-to-nearest, whose
+    result on a literal is computed exactly (so its error is a known number, not ``u``).
+    """
+
+    bits: int
+    u: float
+    eta: float
+    nearest: bool = True
+    name: str = field(default="", compare=False)
+
+    @staticmethod
+    def to_nearest(bits: int) -> Rounding:
+        """Round to nearest (ties to even) in the IEEE format with ``bits`` bits."""
+        return _NEAREST[bits]
+
+    @staticmethod
+    def fptaylor(bits: int, kind: str = "ne", scale: float = 1.0, eps: int | None = None,
+                 delta: int | None = None, name: str = "") -> Rounding:
+        """FPTaylor's ``rnd[bits, kind, scale]`` or ``rnd[bits, kind, scale, eps, delta]``.
+
+        ``kind``: ``ne`` (``nearest``), ``up`` (``positive_infinity``), ``down`` (``negative_infinity``),
+        ``zero`` (``toward_zero``).  With ``eps``/``delta`` given the terms are ``scale 2^eps`` and
+        ``scale 2^delta`` as written (FPTaylor does not double them for directed types then).
+
+        Raises:
+            ValueError: an unknown format or type, or a scale that is not positive.
+        """
+        if bits not in FORMATS:
+            raise ValueError(f"rounding to {bits} bits: the formats are 16, 32, 64 and 128")
+        directed = {"ne": False, "nearest": False, "up": True, "positive_infinity": True, "down": True,
+                    "negative_infinity": True, "zero": True, "toward_zero": True}.get(kind)
+        if directed is None:
+            raise ValueError(f"rounding type {kind!r}: the types are ne, up, down and zero")
+        if not scale > 0:
+            raise ValueError(f"rounding scale {scale}: it must be positive")
+        if eps is not None or delta is not None:
+            u = scale * 2.0 ** eps if eps else 0.0
+            eta = scale * 2.0 ** delta if delta else 0.0
+        else:
+            c = scale * (2.0 if directed else 1.0)
+            u, eta = c * UNIT_ROUNDOFF[bits], c * UNDERFLOW[bits]
+        plain = not directed and scale == 1.0 and eps is None and delta is None
+        return Rounding(bits, u, eta, plain, name or f"rnd[{bits}, {kind}, {scale:g}]")
+
+
+_NEAREST = {b: Rounding(b, UNIT_ROUNDOFF[b], UNDERFLOW[b], True, f"rnd{b}") for b in FORMATS}
+EXACT = Rounding(0, 0.0, 0.0, True, "no_rnd")
+"""No rounding: the operation is exact (FPTaylor's ``no_rnd`` and its plain ``=`` definitions)."""
 
 
 def exact_interval(c: Fraction) -> tuple[float, float]:
@@ -117,6 +177,14 @@ def literal_rounding(c: Fraction, bits: int) -> float | None:
     return f
 
 
+def smallest_format(c: Fraction) -> int:
+    """The narrowest IEEE format (16, 32, 64, 128) holding ``c`` exactly as a normal number; 0 if none."""
+    for bits in FORMATS:
+        if is_representable(c, bits) and (c == 0 or round_to_bits(c, bits) is not None):
+            return bits
+    return 0
+
+
 def _pow2(c: Fraction) -> bool:
     c = abs(c)
     return c != 0 and (c.numerator & (c.numerator - 1)) == 0 and (c.denominator & (c.denominator - 1)) == 0
@@ -144,6 +212,11 @@ class ExprDAG:
     # precision (16/32/64) a CONST node is rounded to, for the nodes whose ``urnd`` is their
     # literal's exact relative rounding error rather than u (see ``literal_rounding``)
     const_bits: dict[int, int] = field(default_factory=dict)
+    # the working-precision value of a CONST node that is a literal expression evaluated in floating
+    # point (FPTaylor's ``rnd64(0.1 * 3)``: fl(fl(0.1) * 3), not the nearest float to 0.3)
+    const_float: dict[int, Fraction] = field(default_factory=dict)
+    # what a parser read but the bound does not use (FPTaylor's Constraints, +/- uncertainties), one line each
+    notes: list[str] = field(default_factory=list)
 
     @property
     def num_nodes(self) -> int:
@@ -189,6 +262,11 @@ class DagBuilder:
         self.input_nodes: list[int] = []
         self.const_values: dict[int, Fraction] = {}
         self.const_bits: dict[int, int] = {}
+        self.const_float: dict[int, Fraction] = {}
+        # the narrowest IEEE format each node's value is known to be a number of (0: any real);
+        # a rounding to a format that holds its operands' values may be exact (x * 2, -x, max)
+        self.fmt: list[int] = []
+        self.notes: list[str] = []
 
     def _src(self, where: str | None) -> int:
         if where is None:
@@ -199,7 +277,9 @@ class DagBuilder:
             self.sources.append(where)
         return i
 
-    def _push(self, op: int, a: int, b: int, u: float, eta: float, lo: float, hi: float, where: str | None) -> int:
+    def _push(self, op: int, a: int, b: int, u: float, eta: float, lo: float, hi: float, where: str | None,
+              fmt: int = 0) -> int:
+        self.fmt.append(fmt)
         self.op.append(op)
         self.lhs.append(a)
         self.rhs.append(b)
@@ -211,8 +291,12 @@ class DagBuilder:
         return len(self.op) - 1
 
     # -- leaves ----------------------------------------------------------------------------------
-    def input(self, name: str, lo: Fraction, hi: Fraction, bits: int, rounded: bool, where: str | None = None) -> int:
-        """An input in [lo, hi]; ``rounded`` adds the rounding of the real value to ``bits`` (FPTaylor's convention)."""
+    def input(self, name: str, lo: Fraction, hi: Fraction, bits: int, rounded: bool, where: str | None = None,
+              real: bool = False) -> int:
+        """An input in [lo, hi]; ``rounded`` adds the rounding of the real value to ``bits`` (FPTaylor's convention).
+
+        An unrounded input is a number of format ``bits``, or any real number with ``real=True``.
+        """
         if lo > hi:
             raise InputError(f"{where or name}: empty input range for {name!r}: ({float(lo)}, {float(hi)})")
         if lo == hi:  # a degenerate range is a constant (Satire's convention)
@@ -220,76 +304,131 @@ class DagBuilder:
         flo, _ = exact_interval(lo)
         _, fhi = exact_interval(hi)
         u = UNIT_ROUNDOFF[bits] if rounded else 0.0
-        i = self._push(INPUT, -1, -1, u, UNDERFLOW[bits] if rounded else 0.0, flo, fhi, where)
+        i = self._push(INPUT, -1, -1, u, UNDERFLOW[bits] if rounded else 0.0, flo, fhi, where,
+                       0 if real and not rounded else bits)
         self.input_names.append(name)
         self.input_nodes.append(i)
         return i
 
-    def const(self, c: Fraction, bits: int | None, where: str | None = None, name: str | None = None) -> int:
+    def const(self, c: Fraction, bits: int | Rounding | None, where: str | None = None, name: str | None = None,
+              computed: Fraction | None = None) -> int:
         """The constant ``c``, rounded to ``bits`` when it is not representable (``bits=None``: taken exactly).
 
         A rounded literal's error is known exactly: its ``urnd`` is |fl(c) - c| / |c| (rounded up,
-        at most u) instead of u, FPTaylor's treatment of constants made exact.
+        at most u) instead of u, FPTaylor's treatment of constants made exact.  ``computed`` is the
+        value a literal expression takes in floating point (under a round-to-nearest ``bits``), when
+        that is not simply ``c`` rounded once: its ``urnd`` is then |computed - c| / |c|.
         """
-        u = 0.0 if bits is None or is_representable(c, bits) else UNIT_ROUNDOFF[bits]
-        if u == 0.0 and bits is None and not is_binary64(c):
+        rnd = _NEAREST[bits] if isinstance(bits, int) else bits
+        if rnd is not None and rnd.bits == 0:
+            rnd = None
+        if rnd is not None and computed is not None and computed != c and rnd.nearest and c != 0 \
+                and computed != round_to_bits(c, rnd.bits):
+            return self._computed_const(c, computed, rnd, where)
+        u = 0.0 if rnd is None or is_representable(c, rnd.bits) else rnd.u
+        if u == 0.0 and rnd is None and not is_binary64(c):
             # an exact constant must be a binary64 number for the evaluation to hold it: round it
             c = Fraction(float(c))
-        key = ("c", c, bits if u else None)
+        key = ("c", c, rnd if u else None)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         lo, hi = exact_interval(c)
-        eta = UNDERFLOW[bits] if u else 0.0
-        rel = literal_rounding(c, bits) if u else None
+        eta = rnd.eta if u else 0.0
+        rel = literal_rounding(c, rnd.bits) if u and rnd.nearest else None
         if rel is not None:
             u, eta = min(u, rel), 0.0
-        i = self._push(CONST, -1, -1, u, eta, lo, hi, where)
+        i = self._push(CONST, -1, -1, u, eta, lo, hi, where, rnd.bits if u else smallest_format(c))
         self.const_values[i] = c
         if rel is not None:
-            self.const_bits[i] = bits
+            self.const_bits[i] = rnd.bits
+        self._memo[key] = i
+        return i
+
+    def _computed_const(self, c: Fraction, computed: Fraction, rnd: Rounding, where: str | None) -> int:
+        key = ("cf", c, computed, rnd.bits)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        rel = abs(computed - c) / abs(c)
+        u = float(rel)
+        if Fraction(u) < rel:
+            u = math.nextafter(u, math.inf)
+        lo, hi = exact_interval(c)
+        i = self._push(CONST, -1, -1, u, 0.0, lo, hi, where, smallest_format(computed))
+        self.const_values[i] = c
+        self.const_float[i] = computed
         self._memo[key] = i
         return i
 
     # -- operations ------------------------------------------------------------------------------
-    def add(self, op: int, a: int, b: int = -1, bits: int = 64, where: str | None = None) -> int:
-        """Node ``op(a, b)`` rounded to ``bits`` (shared if it exists; exact ops get u = 0)."""
-        u = UNIT_ROUNDOFF[bits]
+    def fits(self, i: int, rnd: Rounding) -> bool:
+        """Whether node ``i``'s value is a number of ``rnd``'s format (so rounding it changes nothing)."""
+        return rnd.bits == 0 or 0 < self.fmt[i] <= rnd.bits
+
+    def add(self, op: int, a: int, b: int = -1, bits: int | Rounding = 64, where: str | None = None) -> int:
+        """Node ``op(a, b)`` rounded to ``bits`` (a format, or a :class:`Rounding`; shared if it exists).
+
+        Exact operations get u = 0: x * (+-1), x * 2^k and x / 2^k (barring over/underflow), -x, |x|
+        and max(x, y), when the operands are numbers of the result's format; + and - of such numbers
+        have no underflow term (a sum of floats in the subnormal range is exact).
+        """
+        rnd = _NEAREST[bits] if isinstance(bits, int) else bits
+        u, eta = rnd.u, rnd.eta
+        fits_a = self.fits(a, rnd)
+        fits_b = b < 0 or self.fits(b, rnd)
         ca = self.const_values.get(a) if self.op[a] == CONST and self.urnd[a] == 0 else None
         cb = self.const_values.get(b) if b >= 0 and self.op[b] == CONST and self.urnd[b] == 0 else None
+        fmt = rnd.bits
         if op == MUL:
-            # x * (+-1) and x * 2^k are exact (barring over/underflow)
-            if cb is not None and _pow2(cb):
+            if cb is not None and _pow2(cb) and fits_a:
                 if cb == -1:
-                    return self.add(NEG, a, -1, bits, where)
+                    return self.add(NEG, a, -1, rnd, where)
                 if cb == 1:
                     return a
-                u = 0.0
-            elif ca is not None and _pow2(ca):
+                u, eta, fmt = 0.0, 0.0, self.fmt[a]
+            elif ca is not None and _pow2(ca) and fits_b:
                 if ca == -1:
-                    return self.add(NEG, b, -1, bits, where)
+                    return self.add(NEG, b, -1, rnd, where)
                 if ca == 1:
                     return b
-                u = 0.0
+                u, eta, fmt = 0.0, 0.0, self.fmt[b]
         elif op in (ADD, SUB) and (cb == 0 or ca == 0):
-            if cb == 0:
+            if cb == 0 and fits_a:
                 return a
-            if op == ADD:
+            if ca == 0 and op == ADD and fits_b:
                 return b
-            return self.add(NEG, b, -1, bits, where)
-        elif op == DIV and cb is not None and _pow2(cb):
-            u = 0.0
-        elif op in (NEG, ABS, MAX):
-            u = 0.0
+            if ca == 0 and op == SUB:
+                return self.add(NEG, b, -1, rnd, where)
+        elif op == DIV and cb is not None and _pow2(cb) and fits_a:
+            u, eta, fmt = 0.0, 0.0, self.fmt[a]
+        elif op in (NEG, ABS, MAX) and fits_a and fits_b:
+            u, eta = 0.0, 0.0
+            fmt = self.fmt[a] if b < 0 else (max(self.fmt[a], self.fmt[b]) if self.fmt[a] and self.fmt[b] else 0)
+        if op in (ADD, SUB) and fits_a and fits_b:
+            eta = 0.0
         if op in (ADD, SUB, MUL, MAX) and b >= 0 and b < a:
             if op != SUB:  # commutative: one key for both operand orders
                 a, b = b, a
-        key = (op, a, b, u)
+        key = (op, a, b, u, eta)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        eta = 0.0 if u == 0.0 or op in (ADD, SUB) else UNDERFLOW[bits]
-        i = self._push(op, a, b, u, eta, 0.0, 0.0, where)
+        i = self._push(op, a, b, u, eta, 0.0, 0.0, where, fmt)
+        self._memo[key] = i
+        return i
+
+    def round(self, a: int, rnd: Rounding, where: str | None = None) -> int:
+        """``rnd`` applied to node ``a``'s value: ``a`` itself when that changes nothing, else a node
+        ``a * 1`` carrying the rounding (``fl(a * 1) = fl(a)``: every pass already knows ``*``)."""
+        if self.fits(a, rnd):
+            return a
+        key = ("round", a, rnd.u, rnd.eta)
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        one = self.const(Fraction(1), None)
+        i = self._push(MUL, a, one, rnd.u, rnd.eta, 0.0, 0.0, where, rnd.bits)
         self._memo[key] = i
         return i
 
@@ -311,6 +450,7 @@ class DagBuilder:
             input_nodes=torch.tensor(self.input_nodes, dtype=torch.int64),
             outputs=[o for o, _ in outputs], output_nodes=torch.tensor([i for _, i in outputs], dtype=torch.int64),
             const_values=dict(self.const_values), name=name, const_bits=dict(self.const_bits),
+            const_float=dict(self.const_float), notes=list(self.notes),
         )
 
 

@@ -1,31 +1,68 @@
 """Front ends: Satire's ``INPUTS/OUTPUTS/EXPRS`` language, FPTaylor's ``Variables/Definitions/Expressions``
 language and the straight-line subset of FPCore, each into an :class:`~.dag.ExprDAG`.
 
-Semantics shared by all three (and stated in the docs):
+Semantics (and stated in the docs):
 
-* ``name rndNN = expr`` rounds every operation of ``expr`` (and every literal that is not
-  representable) to NN bits; literals are read exactly as rationals, and a sub-expression made
-  only of literals is folded exactly and rounded once.
-* Inputs are exact (``inputs="exact"``) or rounded from the real input to their declared
-  precision (``inputs="rounded"``, FPTaylor's convention for ``float64`` variables); a degenerate
-  range ``(c, c)`` is the constant ``c``.
-* A malformed file raises :class:`InputError` naming ``file:line:column``.
+* Satire and FPCore: ``name rndNN = expr`` rounds every operation of ``expr`` (and every literal
+  that is not representable) to NN bits; literals are read exactly as rationals, and a
+  sub-expression made only of literals is folded exactly and rounded once.  Inputs are exact
+  (``inputs="exact"``) or rounded from the real input to their declared precision
+  (``inputs="rounded"``).
+* FPTaylor: as FPTaylor reads it (:func:`parse_fptaylor`): ``=`` is real arithmetic, ``name rnd=
+  expr`` applies the rounding ``rnd`` (``rnd64``, ``rnd32_up``, ``rnd[64, ne, 1.5]``, ...) to every
+  operation, literal, variable and definition of ``expr`` that it changes, ``rnd(e)`` rounds e's
+  result and ``no_rnd(e)`` keeps e exact; a literal expression is evaluated as floating point
+  does, its known error kept.  ``inputs="rounded"`` is FPTaylor's semantics for variables (a
+  ``real`` one is rounded where a rounding applies to it), ``inputs="exact"`` rounds none.
+* A degenerate range ``(c, c)`` is the constant ``c``.
+* A malformed file, or a construct outside the straight-line subset, raises :class:`InputError`
+  naming ``file:line:column`` and the construct, in one line.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from torchhpc.ext.core.errors import InputError
 
-from .dag import ADD, DIV, MAX, MUL, NEG, SUB, UNARY_FUNCS, DagBuilder, ExprDAG
+from .dag import (
+    ABS,
+    ADD,
+    ATAN,
+    CONST,
+    COS,
+    COSH,
+    DIV,
+    EXACT,
+    EXP,
+    INPUT,
+    LOG,
+    MAX,
+    MUL,
+    NEG,
+    SIN,
+    SINH,
+    SQRT,
+    SUB,
+    TAN,
+    TANH,
+    UNARY_FUNCS,
+    DagBuilder,
+    ExprDAG,
+    Rounding,
+    is_binary64,
+    is_representable,
+    round_to_bits,
+)
 
 _TOKEN_BODY = r"""
-    (?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?) |
-    (?P<name>[A-Za-z_][A-Za-z0-9_.$]*) |
-    (?P<op><=|>=|[-+*/^(){}\[\],;:=!<>]) |
+    (?P<num>0[xX][0-9a-fA-F]+(?:\.[0-9a-fA-F]*)?(?:[pP][+-]?\d+)? |
+            (?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?(?:[fd](?![A-Za-z0-9_]))?) |
+    (?P<name>[A-Za-z_$][A-Za-z0-9_.$]*) |
+    (?P<op>\+/-|<=|>=|[-+*/^(){}\[\],;:=!<>]) |
     (?P<bad>\S)
 """
 _TOKEN = {c: re.compile(r"(?P<comment>" + re.escape(c) + r".*)|" + _TOKEN_BODY, re.VERBOSE) for c in ("#", "//")}
@@ -50,7 +87,9 @@ class Tokens:
                 if kind == "comment":
                     break
                 if kind == "bad":
-                    raise InputError(f"{path}:{ln}:{m.start() + 1}: unexpected character {m.group()!r}")
+                    what = ("the constant %e (FPTaylor's e^x): write exp(x)" if line.startswith("%e", m.start())
+                            else f"unexpected character {m.group()!r}")
+                    raise InputError(f"{path}:{ln}:{m.start() + 1}: {what}")
                 append((kind, m.group(), ln, m.start() + 1))
         self.toks = toks
         self.i = 0
@@ -88,7 +127,25 @@ class Tokens:
 
 
 def _number(s: str) -> Fraction:
+    """A numeral's exact value: ``0.1`` is 1/10; FPTaylor's ``0x1.8p3`` is exact, ``0.1f``/``0.1d`` is the
+    binary32/binary64 number nearest to 0.1."""
+    if s[:2] in ("0x", "0X"):
+        mant, _, exp = s[2:].lower().partition("p")
+        whole, _, frac = mant.partition(".")
+        return Fraction(int(whole + frac or "0", 16), 16 ** len(frac)) * Fraction(2) ** int(exp or "0")
+    if s[-1] in "fd":
+        v = round_to_bits(Fraction(s[:-1]), 32 if s[-1] == "f" else 64)
+        if v is None:
+            raise ValueError(f"{s} is outside the normal range of binary{32 if s[-1] == 'f' else 64}")
+        return v
     return Fraction(s)  # exact: Fraction("0.1") is 1/10
+
+
+def _literal(tk: Tokens, t: tuple[str, str, int, int]) -> Fraction:
+    try:
+        return _number(t[1])
+    except ValueError as exc:
+        raise tk.error(str(exc), t) from None
 
 
 def _bits_of(tok: str) -> int:
@@ -166,7 +223,7 @@ class _ExprParser:
         t = self.tk.next()
         kind, s = t[0], t[1]
         if kind == "num":
-            return ("lit", _number(s))
+            return ("lit", _literal(self.tk, t))
         if s == "(":
             v = self.expr()
             self.tk.expect(")")
@@ -213,7 +270,9 @@ def _signed_number(tk: Tokens) -> Fraction:
 def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progress: bool = False) -> ExprDAG:
     """Parse Satire's ``INPUTS { x fl64 : (lo, hi); } OUTPUTS { y; } EXPRS { y rnd64 = expr; }``.
 
-    ``progress`` shows a tqdm bar over the tokens for large files (> 200k tokens).
+    As Satire's own parser reads them: items may be separated by ``;`` or follow one another, and an
+    empty statement (a lone ``;``) is skipped; a name is assigned once.  ``progress`` shows a tqdm bar
+    over the tokens for large files (> 200k tokens).
     """
     tk = Tokens(text, path, "#")
     bar = None
@@ -222,6 +281,8 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
         bar = tqdm(total=len(tk.toks), desc=f"parsing {Path(path).name}", unit="tok", unit_scale=True)
     b = DagBuilder()
     env: dict[str, int] = {}
+    defined: dict[str, int] = {}  # assigned name -> its line
+    declared: dict[str, tuple] = {}  # input name -> ((type, lo, hi), line)
     outputs: list[tuple[str, tuple]] = []
     seen = set()
     while tk.peek()[0] != "eof":
@@ -231,9 +292,14 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
         seen.add(sec[1])
         tk.expect("{")
         while not tk.accept("}"):
+            if tk.accept(";") or (sec[1] == "OUTPUTS" and tk.accept(",")):
+                continue  # an empty statement
             name = tk.next()
             if name[0] != "name":
                 raise tk.error(f"expected a name, found {name[1]!r}", name)
+            if sec[1] == "OUTPUTS":
+                outputs.append((name[1], name))
+                continue
             if sec[1] == "INPUTS":
                 ty = tk.next()
                 if not re.fullmatch(r"fl(16|32|64)", ty[1]):
@@ -244,14 +310,24 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
                 tk.expect(",")
                 hi = _signed_number(tk)
                 tk.expect(")")
-                tk.expect(";")
                 if lo > hi:
                     raise tk.error(f"empty input range for {name[1]!r}: ({float(lo)}, {float(hi)})", name)
+                decl = (ty[1], lo, hi)
+                if name[1] in declared:  # Satire takes a repeated declaration; the same one changes nothing
+                    if declared[name[1]][0] != decl:
+                        raise tk.error(f"input {name[1]!r} is declared again, differently from line "
+                                       f"{declared[name[1]][1]}", name)
+                    continue
+                if name[1] in defined:
+                    raise tk.error(f"{name[1]!r} is already assigned on line {defined[name[1]]}", name)
+                declared[name[1]] = (decl, name[2])
                 env[name[1]] = b.input(name[1], lo, hi, int(ty[1][2:]), inputs == "rounded", f"{name[2]}:{name[3]}")
-            elif sec[1] == "OUTPUTS":
-                tk.expect(";")
-                outputs.append((name[1], name))
             else:
+                where = defined.get(name[1]) or (declared[name[1]][1] if name[1] in declared else None)
+                if where is not None:
+                    raise tk.error(f"{name[1]!r} is already defined on line {where} (Satire assigns each name once)",
+                                   name)
+                defined[name[1]] = name[2]
                 r = tk.next()
                 if not re.fullmatch(r"rnd(16|32|64)", r[1]):
                     raise tk.error(f"expected rnd16, rnd32 or rnd64, found {r[1]!r}", r)
@@ -260,7 +336,8 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
                 p = _ExprParser(tk, b, env, bits)
                 v = p.expr()
                 env[name[1]] = p.node(v, f"{name[2]}:{name[3]}")
-                tk.expect(";")
+                if not tk.accept(";") and tk.peek()[1] != "}":
+                    raise tk.error(f"expected ';' after the assignment to {name[1]!r}, found {tk.peek()[1]!r}")
                 if bar is not None and tk.i - bar.n > 50_000:
                     bar.update(tk.i - bar.n)
     if bar is not None:
@@ -280,76 +357,521 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
 
 # ----------------------------------------------------------------------------- FPTaylor
 
-_FPT_TYPES = {"real": None, "float16": 16, "float32": 32, "float64": 64, "float128": 128}
+_FPT_SECTIONS = {k: k.capitalize() for k in ("constants", "variables", "definitions", "constraints", "expressions")}
+_FPT_SECTIONS.update({v: v for v in list(_FPT_SECTIONS.values())})
+_FPT_TYPES = {"real": 0, "int": 0, "float16": 16, "float32": 32, "float64": 64, "float128": 128}
+_FPT_DEFAULT_TYPE = 64  # FPTaylor's default-var-type: an untyped variable is a binary64 number
+_FPT_DEFAULT_RND = Rounding.fptaylor(64, name="rnd")  # its default-rnd: rnd64
+_FPT_NAMED_RND = re.compile(r"rnd(16|32|64|128)(?:_(ne|0|up|down))?")
+_FPT_KIND = {"ne": "ne", "0": "zero", "up": "up", "down": "down", None: "ne"}
+_FPT_FUNCS = {"sqrt": SQRT, "exp": EXP, "log": LOG, "sin": SIN, "cos": COS, "tan": TAN, "atan": ATAN,
+              "arctan": ATAN, "sinh": SINH, "cosh": COSH, "tanh": TANH, "abs": ABS}
+_FPT_UNSUPPORTED = {"acos", "asin", "arccos", "arcsin", "acosh", "asinh", "atanh", "arsinh", "arcosh", "artanh",
+                    "arcsinh", "arccosh", "arctanh", "argsinh", "argcosh", "argtanh", "atan2", "sub2",
+                    "floor_power2", "interval"}
+_FPT_SUPPORTED = "+ - * / ^n " + " ".join(sorted(_FPT_FUNCS)) + " inv min max fma rnd..(e) no_rnd(e)"
+
+
+def _is_rounding(name: str) -> bool:
+    return name in ("rnd", "no_rnd") or _FPT_NAMED_RND.fullmatch(name) is not None
+
+
+def _rounding_spec(tk: Tokens) -> Rounding:
+    """``rnd64``, ``rnd32_up``, ``rnd``, ``no_rnd``, ``rnd[64, ne]``, ``rnd[64, ne, 1.5]`` or
+    ``rnd[64, ne, 1.5, -53, -1075]`` (FPTaylor's REFERENCE.md, "Rounding")."""
+    t = tk.next()
+    s = t[1]
+    if s == "no_rnd":
+        return EXACT
+    m = _FPT_NAMED_RND.fullmatch(s)
+    if m:
+        return Rounding.fptaylor(int(m[1]), _FPT_KIND[m[2]], name=s)
+    if s != "rnd":
+        raise tk.error(f"expected a rounding (rnd64, rnd32, rnd[64, ne, 1.5], no_rnd, ...), found {s!r}", t)
+    if not tk.accept("["):
+        return _FPT_DEFAULT_RND
+    parts: list[str] = []
+    while True:
+        sign = "-" if tk.accept("-") else ""
+        p = tk.next()
+        if p[0] not in ("num", "name"):
+            raise tk.error(f"expected a number or a rounding type in rnd[...], found {p[1]!r}", p)
+        parts.append(sign + p[1])
+        if tk.accept("]"):
+            break
+        tk.expect(",")
+    spec = f"rnd[{', '.join(parts)}]"
+    try:
+        if len(parts) not in (2, 3, 5) or not parts[0].isdigit():
+            raise ValueError("expected rnd[bits, type], rnd[bits, type, scale] or rnd[bits, type, scale, eps, delta]")
+        scale = float(parts[2]) if len(parts) > 2 else 1.0
+        eps, delta = (int(parts[3]), int(parts[4])) if len(parts) == 5 else (None, None)
+        return Rounding.fptaylor(int(parts[0]), parts[1], scale, eps, delta, name=spec)
+    except ValueError as exc:
+        raise tk.error(f"{spec}: {exc}", t) from None
+
+
+@dataclass
+class _Var:
+    lo: Fraction
+    hi: Fraction
+    bits: int  # the declared format; 0 for real (and int)
+
+
+class _FPTaylorTask:
+    """The names of one FPTaylor task (a file, or one ``{ ... }`` block of it) and their nodes.
+
+    A variable becomes an input node the first time it is used: exact, or rounded to the format of
+    the rounding applied to it (FPTaylor's ``rnd64(x)`` of a ``real`` x).  A variable used in more
+    than one way (``correlated``: at two precisions, or rounded and exact) is one exact input and a
+    rounding node per rounded use, so that every use sees the same x.
+    """
+
+    def __init__(self, tk: Tokens, b: DagBuilder, inputs: str, labels: set[str], number: int = 1,
+                 correlated: frozenset = frozenset()) -> None:
+        self.tk, self.b, self.inputs, self.labels, self.number = tk, b, inputs, labels, number
+        self.correlated = correlated
+        self.consts: dict[str, Fraction] = {}
+        self.vars: dict[str, _Var] = {}
+        self.defs: dict[str, tuple] = {}
+        self.lines: dict[str, int] = {}
+        self.var_nodes: dict[tuple, int] = {}
+        self.input_var: dict[int, str] = {}
+        self.input_order: dict[int, tuple[int, int, int]] = {}  # node -> (task, declaration, use): the inputs' order
+        self.outputs: list[tuple[str, int]] = []
+        self.noted: set[str] = set()
+
+    def note(self, key: str, line: str) -> None:
+        if key not in self.noted:
+            self.noted.add(key)
+            self.b.notes.append(line)
+
+    def declare(self, t: tuple[str, str, int, int]) -> str:
+        if t[0] != "name" or t[1] in _FPT_SECTIONS or _is_rounding(t[1]):
+            raise self.tk.error(f"expected a name, found {t[1]!r}", t)
+        if t[1] in self.lines:
+            raise self.tk.error(f"{t[1]!r} is already defined on line {self.lines[t[1]]}", t)
+        self.lines[t[1]] = t[2]
+        return t[1]
+
+    def label(self, name: str, use: str) -> str:
+        """The input's name: the variable's, then ``x@rnd32`` for its other uses (``x#2``: task 2's x)."""
+        base = name if self.number == 1 else f"{name}#{self.number}"
+        out = base if not any(k[0] == name for k in self.var_nodes) else f"{base}@{use}"
+        k = 2
+        while out in self.labels:
+            out, k = f"{base}@{use}~{k}", k + 1
+        self.labels.add(out)
+        return out
+
+    def var_node(self, name: str, rnd: Rounding, where: str) -> int:
+        """Variable ``name`` with ``rnd`` applied (``EXACT``: as it is)."""
+        v, b = self.vars[name], self.b
+        # a binary-N variable rounded to N or more bits is unchanged; inputs="exact" rounds no variable
+        keep = self.inputs == "exact" or rnd.bits == 0 or 0 < v.bits <= rnd.bits
+        key = (name, None if keep else rnd)
+        hit = self.var_nodes.get(key)
+        if hit is not None:
+            return hit
+        if v.lo == v.hi:  # a point: a constant (FPTaylor makes a real one a Constant)
+            if keep:
+                i = b.const(v.lo, None, where) if v.bits or self.inputs == "exact" else self.exact_const(v.lo, where)
+            else:
+                i = b.const(v.lo, rnd, where)
+        elif keep:
+            # exact inputs are taken as numbers of every format (so no rounding applies to them)
+            bits = 16 if self.inputs == "exact" else (v.bits or _FPT_DEFAULT_TYPE)
+            i = b.input(self.label(name, "exact"), v.lo, v.hi, bits, False, where, real=v.bits == 0 and bits != 16)
+        elif rnd.nearest and (self.number, name) not in self.correlated:
+            i = b.input(self.label(name, rnd.name), v.lo, v.hi, rnd.bits, True, where)
+        else:
+            i = b.round(self.var_node(name, EXACT, where), rnd, where)
+        if b.op[i] == INPUT:
+            self.input_var[i] = name
+            self.input_order[i] = (self.number, list(self.vars).index(name), len(self.input_order))
+        self.var_nodes[key] = i
+        return i
+
+    def uses(self) -> set[tuple[int, str]]:
+        """The variables used in more than one way (each is then one input: see ``correlated``)."""
+        seen: dict[str, int] = {}
+        for name, _ in self.var_nodes:
+            seen[name] = seen.get(name, 0) + 1
+        return {(self.number, n) for n, k in seen.items() if k > 1}
+
+    def exact_const(self, c: Fraction, where: str | None) -> int:
+        """The real constant ``c``: exact when it is a binary64 number, else the binary64 literal with its
+        (known) rounding error -- an over-approximation, so the bound stays sound."""
+        return self.b.const(c, None if is_binary64(c) else 64, where)
+
+    def round_ref(self, i: int, rnd: Rounding, where: str) -> int:
+        """``rnd`` applied to node ``i`` (a definition, a variable, a sub-expression), as FPTaylor's
+        rounding simplification does: no-op where ``i`` is a number of ``rnd``'s format."""
+        b = self.b
+        if b.fits(i, rnd):
+            return i
+        if i in self.input_var and b.urnd[i] == 0:
+            return self.var_node(self.input_var[i], rnd, where)
+        op = b.op[i]
+        if op == CONST and b.urnd[i] == 0:
+            return b.const(b.const_values[i], rnd, where)
+        if op > CONST and b.urnd[i] == 0 and b.eta[i] == 0:  # an exact operation: round its result
+            return b.add(op, b.lhs[i], b.rhs[i], rnd, where)
+        return b.round(i, rnd, where)
+
+    # -- items of each section -------------------------------------------------------------------
+    def constants(self) -> None:
+        name = self.declare(self.tk.next())
+        self.tk.expect("=")
+        self.consts[name] = _FPTaylorExpr(self, EXACT, consts_only=True).constant()
+
+    def variables(self) -> None:
+        tk = self.tk
+        bits = _FPT_DEFAULT_TYPE
+        if tk.peek()[1] in _FPT_TYPES:
+            bits = _FPT_TYPES[tk.next()[1]]
+        t = tk.peek()
+        name = self.declare(tk.next())
+        if not (tk.accept("in") or tk.accept("IN")):
+            raise tk.error(f"expected 'in' after the variable {name!r}, found {tk.peek()[1]!r}")
+        tk.expect("[")
+        lo = _FPTaylorExpr(self, EXACT, consts_only=True).constant()
+        tk.expect(",")
+        hi = _FPTaylorExpr(self, EXACT, consts_only=True).constant()
+        tk.expect("]")
+        if tk.accept("+/-"):
+            _FPTaylorExpr(self, EXACT, consts_only=True).constant()
+            self.note("uncertainty", f"{tk.path}:{t[2]}: the uncertainty (+/-) of {name!r} is not used: the "
+                                     "inputs are their ranges (FPTaylor's default, uncertainty = false)")
+        if lo > hi:
+            raise tk.error(f"empty input range for {name!r}: [{float(lo)}, {float(hi)}]", t)
+        self.vars[name] = _Var(lo, hi, bits)
+
+    def definitions(self, output: bool = False) -> None:
+        tk = self.tk
+        t = tk.next()
+        name = self.declare(t)
+        rnd = EXACT if tk.peek()[1] == "=" else _rounding_spec(tk)
+        tk.expect("=")
+        p = _FPTaylorExpr(self, rnd)
+        self.defs[name] = p.expr()
+        if output:
+            self.outputs.append((name, p.node(self.defs[name], f"{t[2]}:{t[3]}")))
+
+    def constraints(self) -> None:
+        tk = self.tk
+        t = tk.peek()
+        depth, colon = 0, False
+        while True:
+            s = tk.peek()
+            if s[0] == "eof" or (depth == 0 and (s[1] in (",", ";", "}") or s[1] in _FPT_SECTIONS)):
+                break
+            depth += s[1] in "([" and s[0] == "op"
+            depth -= s[1] in ")]" and s[0] == "op"
+            colon = colon or (depth == 0 and s[1] == ":")
+            tk.next()
+        if not colon:
+            raise tk.error("expected a constraint 'name: expr <= expr'", t)
+        self.note("constraints", f"{tk.path}:{t[2]}: Constraints are not used: the bound holds over the whole "
+                                 "box of the Variables, which contains the constrained set (sound, possibly looser)")
+
+    def expressions(self) -> None:
+        tk = self.tk
+        t0, t1 = tk.peek(), tk.peek(1)
+        named = t0[0] == "name" and (t1[1] == "=" or (_is_rounding(t1[1]) and self._spec_then_eq()))
+        if named:
+            self.definitions(output=True)
+            return
+        p = _FPTaylorExpr(self, EXACT)
+        v = p.expr()
+        single = tk.i > 0 and tk.toks[tk.i - 1] is t0 and t0[0] == "name"
+        name = t0[1] if single else f"Expression {len(self.outputs) + 1}"
+        self.outputs.append((name, p.node(v, f"{t0[2]}:{t0[3]}")))
+
+    def _spec_then_eq(self) -> bool:
+        tk = self.tk
+        if tk.peek(1)[1] == "rnd" and tk.peek(2)[1] == "[":
+            k = 3
+            while tk.peek(k)[1] not in ("]", "eof", ";"):
+                k += 1
+            return tk.peek(k + 1)[1] == "="
+        return tk.peek(2)[1] == "="
+
+
+class _FPTaylorExpr:
+    """FPTaylor expressions, lowered as FPTaylor reads them (REFERENCE.md: "Definitions", "Rounding").
+
+    ``ctx`` is the rounding a definition ``name rnd= expr`` applies to every operation, variable,
+    definition and literal of ``expr`` (``EXACT`` for a plain ``=``: real arithmetic).  An explicit
+    ``rnd(e)`` rounds e's result only (e itself is exact inside it, and ``ctx`` does not reach in);
+    ``no_rnd(e)`` is e exact.  A value is ``("lit", exact, computed, bits)`` while only numbers are
+    involved (``computed`` is the binary-``bits`` value floating point gives, ``bits`` 0 while
+    exact), ``("op", op, a, b, rounding, where)`` for an operation not yet made a node (so that a
+    rounding applied to an exact operation's result makes one rounded node, not an exact one and
+    its rounding), else ``("node", i)``.  ``x^n`` is n - 1 multiplications, each rounded in ``ctx``
+    (FPTaylor rounds the power once: ours models more roundings, a larger error).
+    """
+
+    def __init__(self, task: _FPTaylorTask, ctx: Rounding, consts_only: bool = False) -> None:
+        self.task, self.tk, self.b, self.ctx, self.consts_only = task, task.tk, task.b, ctx, consts_only
+
+    def constant(self) -> Fraction:
+        t = self.tk.peek()
+        v = self.expr()
+        if v[0] != "lit":
+            raise self.tk.error("expected a constant expression (numbers and Constants)", t)
+        return v[1]
+
+    # -- values ----------------------------------------------------------------------------------
+    def node(self, v: tuple, where: str) -> int:
+        if v[0] == "node":
+            return v[1]
+        if v[0] == "op":
+            _, op, a, b, rnd, at = v
+            return self.b.add(op, a, b, rnd, at)
+        _, exact, computed, bits = v
+        if bits == 0:
+            return self.task.exact_const(exact, where)
+        return self.b.const(exact, Rounding.to_nearest(bits), where, computed=computed)
+
+    def apply(self, v: tuple, rnd: Rounding, where: str) -> tuple:
+        """``rnd`` applied to the value ``v``."""
+        if rnd.bits == 0:
+            return v
+        if v[0] == "op":
+            if v[4].bits == 0:  # an exact operation: its result rounded is the operation rounded
+                return v[:4] + (rnd, v[5])
+            return ("node", self.task.round_ref(self.node(v, where), rnd, where))
+        if v[0] == "node":
+            return ("node", self.task.round_ref(v[1], rnd, where))
+        _, exact, computed, bits = v
+        if 0 < bits <= rnd.bits or (bits == 0 and is_representable(exact, rnd.bits)
+                                    and round_to_bits(exact, rnd.bits) is not None):
+            return v
+        if rnd.nearest:
+            r = round_to_bits(computed, rnd.bits)
+            if r is not None:
+                return ("lit", exact, r, rnd.bits)
+        if bits == 0:
+            return ("node", self.b.const(exact, rnd, where))
+        return ("node", self.task.round_ref(self.node(v, where), rnd, where))
+
+    def binop(self, op: int, x: tuple, y: tuple, t) -> tuple:
+        where = f"{t[2]}:{t[3]}"
+        if op == DIV and y[0] == "lit" and y[2] == 0:
+            raise self.tk.error("division by the literal zero", t)
+        if x[0] == "lit" and y[0] == "lit":
+            fold = {ADD: lambda a, c: a + c, SUB: lambda a, c: a - c, MUL: lambda a, c: a * c,
+                    DIV: lambda a, c: a / c}[op]
+            exact = fold(x[1], y[1])
+            if self.ctx.bits == 0 and x[3] == 0 and y[3] == 0:
+                return ("lit", exact, exact, 0)
+            if self.ctx.bits and self.ctx.nearest:
+                r = round_to_bits(fold(x[2], y[2]), self.ctx.bits) if fold(x[2], y[2]) != 0 else Fraction(0)
+                if r is not None:
+                    return ("lit", exact, r, self.ctx.bits)
+        if self.consts_only:
+            raise self.tk.error("expected a constant expression (numbers and Constants)", t)
+        return ("op", op, self.node(x, where), self.node(y, where), self.ctx, where)
+
+    # -- grammar ---------------------------------------------------------------------------------
+    def expr(self) -> tuple:
+        v = self.term()
+        while self.tk.peek()[1] in ("+", "-") and self.tk.peek()[0] == "op":
+            t = self.tk.next()
+            v = self.binop(ADD if t[1] == "+" else SUB, v, self.term(), t)
+        return v
+
+    def term(self) -> tuple:
+        v = self.unary()
+        while self.tk.peek()[1] in ("*", "/"):
+            t = self.tk.next()
+            v = self.binop(MUL if t[1] == "*" else DIV, v, self.unary(), t)
+        return v
+
+    def unary(self) -> tuple:
+        t = self.tk.peek()
+        if t[1] == "-":
+            self.tk.next()
+            v = self.unary()
+            if v[0] == "lit" and (self.ctx.bits == 0 or self.ctx.nearest):  # rounding to nearest is odd
+                return ("lit", -v[1], -v[2], v[3])
+            if self.consts_only:
+                raise self.tk.error("expected a constant expression (numbers and Constants)", t)
+            return ("op", NEG, self.node(v, f"{t[2]}:{t[3]}"), -1, self.ctx, f"{t[2]}:{t[3]}")
+        if t[1] == "+":
+            self.tk.next()
+            return self.unary()
+        return self.power()
+
+    def power(self) -> tuple:
+        v = self.atom()
+        if self.tk.peek()[1] == "^":
+            t = self.tk.next()
+            e = self.tk.next()
+            if e[1] == "(" and self.tk.peek()[1] == "-":
+                raise self.tk.error("negative powers x^(-n) are not supported (write 1 / x^n)", e)
+            if e[0] != "num" or not e[1].isdigit() or int(e[1]) < 1:
+                raise self.tk.error("only positive integer powers x^n are supported", e)
+            base = v
+            for _ in range(int(e[1]) - 1):
+                v = self.binop(MUL, v, base, t)
+        return v
+
+    def atom(self) -> tuple:
+        tk = self.tk
+        t = tk.next()
+        kind, s = t[0], t[1]
+        where = f"{t[2]}:{t[3]}"
+        if kind == "num":
+            return self.apply(("lit", _literal(tk, t), _literal(tk, t), 0), self.ctx, where)
+        if s == "(":
+            v = self.expr()
+            tk.expect(")")
+            return v
+        if kind != "name":
+            raise tk.error(f"expected an expression, found {s!r}", t)
+        if _is_rounding(s):
+            if self.consts_only:
+                raise tk.error(f"{s}(...) in a constant expression: Constants are exact rationals", t)
+            tk.i -= 1
+            rnd = _rounding_spec(tk)
+            tk.expect("(")
+            v = _FPTaylorExpr(self.task, EXACT).expr()
+            tk.expect(")")
+            return self.apply(v, rnd, where)
+        if tk.peek()[1] == "(":
+            tk.next()
+            args = [self.expr()]
+            while tk.accept(","):
+                args.append(self.expr())
+            tk.expect(")")
+            return self.call(s, args, t)
+        task = self.task
+        if s in task.consts:
+            return self.apply(("lit", task.consts[s], task.consts[s], 0), self.ctx, where)
+        if self.consts_only and (s in task.defs or s in task.vars):
+            raise tk.error(f"{s!r} in a constant expression: only numbers and Constants may appear there", t)
+        if s in task.defs:
+            return self.apply(task.defs[s], self.ctx, where)
+        if s in task.vars:
+            return ("node", task.var_node(s, self.ctx, where))
+        raise tk.error(f"unknown name {s!r}", t)
+
+    def call(self, fname: str, args: list[tuple], t) -> tuple:
+        tk, b, ctx = self.tk, self.b, self.ctx
+        where = f"{t[2]}:{t[3]}"
+        if self.consts_only:
+            raise tk.error(f"{fname}(...) in a constant expression: Constants are exact rationals "
+                           "(FPTaylor: define irrational constants under Definitions)", t)
+        arity = {"inv": 1, "min": 2, "max": 2, "fma": 3}.get(fname, 1)
+        if fname in _FPT_UNSUPPORTED or (fname not in _FPT_FUNCS and fname not in ("inv", "min", "max", "fma")):
+            raise tk.error(f"unsupported operation {fname} (supported: {_FPT_SUPPORTED})", t)
+        if len(args) != arity:
+            raise tk.error(f"{fname} takes {arity} argument{'s' if arity > 1 else ''}, got {len(args)}", t)
+        nodes = [self.node(a, where) for a in args] if fname != "inv" else []
+        if fname in _FPT_FUNCS:
+            return ("op", _FPT_FUNCS[fname], nodes[0], -1, ctx, where)
+        if fname == "inv":  # 1 / x, one rounding
+            return self.binop(DIV, ("lit", Fraction(1), Fraction(1), 0), args[0], t)
+        if fname == "max":
+            return ("op", MAX, nodes[0], nodes[1], ctx, where)
+        if fname == "min":  # -max(-a, -b): exact but for the rounding max applies
+            na, nb = (b.add(NEG, n, -1, EXACT, where) for n in nodes)
+            return ("node", self.task.round_ref(b.add(NEG, b.add(MAX, na, nb, EXACT, where), -1, EXACT, where),
+                                                ctx, where))
+        # fma(a, b, c): a * b + c rounded once
+        return ("op", ADD, b.add(MUL, nodes[0], nodes[1], EXACT, where), nodes[2], ctx, where)
 
 
 def parse_fptaylor(text: str, path: str = "<string>", inputs: str = "exact") -> ExprDAG:
-    """Parse FPTaylor's ``{ Variables real x in [a, b]; Definitions t rnd64= e; Expressions f rnd64= e; }``.
+    """Parse an FPTaylor input file (its REFERENCE.md, "Input file format").
 
-    ``real`` variables are exact unless ``inputs="rounded"`` (then rounded to binary64, or to the
-    precision of the first ``rndNN`` in the file); ``floatNN`` variables are rounded only under
-    ``inputs="rounded"`` too, so that ``exact`` means exact everywhere.
+    Sections ``Constants``, ``Variables``, ``Definitions``, ``Constraints``, ``Expressions`` (either
+    case), items separated by ``,`` or ``;``; several tasks as ``{ ... } { ... }`` (each with its
+    own names; their expressions are all outputs).  ``Constants`` are exact rationals.  Variables are
+    ``[real|int|float16|float32|float64|float128] x in [lo, hi] [+/- u]``, untyped ones binary64
+    (FPTaylor's default).  Definitions and expressions are ``name = e`` (real arithmetic: nothing
+    rounded) or ``name rnd= e`` with ``rnd`` any rounding (``rnd64``, ``rnd32_up``, ``rnd[64, ne,
+    1.5]``, ...) applied to every operation, literal, variable and definition of ``e`` that it
+    changes; ``rnd(e)`` rounds e's result, ``no_rnd(e)`` is exact; an expression may be unnamed.
+
+    ``inputs="rounded"`` is FPTaylor's semantics: a rounding applied to a ``real`` variable (or to a
+    binary-N one, rounded to fewer bits) rounds it.  ``inputs="exact"`` rounds no variable: every
+    input is taken as the number it is.  A variable used in more than one way (at two precisions,
+    or rounded and exact) is one input with a rounding node per rounded use (the file is read twice
+    then).  Not used for the bound (one note each in ``dag.notes``):
+    ``Constraints`` (the bound holds over the whole box, which contains the constrained set) and
+    ``+/-`` uncertainties (as FPTaylor's default ``uncertainty = false``).
+
+    Raises:
+        InputError: a syntax error or an unsupported construct, naming ``file:line:column``.
     """
+    dag, multi = _parse_fptaylor(text, path, inputs, frozenset())
+    if multi:  # a variable used in more than one way: parse again with one input for it
+        dag, _ = _parse_fptaylor(text, path, inputs, frozenset(multi))
+    return dag
+
+
+def _parse_fptaylor(text: str, path: str, inputs: str, correlated: frozenset) -> tuple[ExprDAG, set]:
     tk = Tokens(text, path, "/")
     b = DagBuilder()
-    env: dict[str, int] = {}
+    labels: set[str] = set()
+    multi: set[tuple[int, str]] = set()
+    tasks: list[list[tuple[str, int]]] = []
+    if tk.peek()[1] == "{":
+        while tk.peek()[0] != "eof":
+            t = tk.next()
+            if t[1] != "{":
+                raise tk.error(f"expected '{{' opening the next task, found {t[1]!r}", t)
+            tasks.append(_fptaylor_task(tk, b, inputs, labels, len(tasks) + 1, correlated, multi))
+            tk.expect("}")
+    else:
+        tasks.append(_fptaylor_task(tk, b, inputs, labels, 1, correlated, multi))
+        if tk.peek()[0] != "eof":
+            raise tk.error(f"unexpected {tk.peek()[1]!r}")
     outputs: list[tuple[str, int]] = []
-    m = re.search(r"rnd(16|32|64)", text)
-    default_bits = int(m.group(1)) if m else 64
-    tk.accept("{")
-    section = None
-    while tk.peek()[0] != "eof" and tk.peek()[1] != "}":
-        t = tk.peek()
-        if t[1] in ("Variables", "Definitions", "Expressions", "Constants", "Constraints"):
-            tk.next()
-            section = t[1]
-            if section == "Constraints":
-                raise tk.error("Constraints are not supported (straight-line boxes only)", t)
-            continue
-        if section is None:
-            raise tk.error(f"expected Variables, Definitions or Expressions, found {t[1]!r}", t)
-        if section == "Variables":
-            ty = tk.next()
-            if ty[1] not in _FPT_TYPES:
-                raise tk.error(f"expected a type (real, float16/32/64), found {ty[1]!r}", ty)
-            name = tk.next()
-            if name[0] != "name":
-                raise tk.error(f"expected a variable name, found {name[1]!r}", name)
-            tk.expect("in")
-            tk.expect("[")
-            lo = _signed_number(tk)
-            tk.expect(",")
-            hi = _signed_number(tk)
-            tk.expect("]")
-            tk.accept(";")
-            if lo > hi:
-                raise tk.error(f"empty input range for {name[1]!r}: [{float(lo)}, {float(hi)}]", name)
-            bits = _FPT_TYPES[ty[1]] or default_bits
-            env[name[1]] = b.input(name[1], lo, hi, min(bits, 64), inputs == "rounded", f"{name[2]}:{name[3]}")
-            continue
-        name = tk.next()
-        if name[0] != "name":
-            raise tk.error(f"expected a name, found {name[1]!r}", name)
-        r = tk.next()
-        if re.fullmatch(r"rnd(16|32|64)", r[1]):
-            tk.expect("=")
-            bits = _bits_of(r[1])
-        elif r[1] == "=":
-            bits = default_bits
-        else:
-            raise tk.error(f"expected 'rnd64=' or '=', found {r[1]!r}", r)
-        p = _ExprParser(tk, b, env, bits)
-        v = p.expr()
-        env[name[1]] = p.node(v, f"{name[2]}:{name[3]}")
-        tk.accept(";")
-        if section == "Expressions":
-            outputs.append((name[1], env[name[1]]))
-    tk.accept("}")
-    if tk.peek()[0] != "eof":
-        raise tk.error(f"unexpected {tk.peek()[1]!r} after the closing brace")
+    names: set[str] = set()
+    for k, outs in enumerate(tasks, 1):
+        for name, node in outs:
+            label = name if name not in names else f"{name}#{k}"
+            names.add(label)
+            outputs.append((label, node))
     if not outputs:
         raise InputError(f"{path}: no Expressions to analyse")
-    return b.build(outputs, Path(path).stem)
+    return b.build(outputs, Path(path).stem), multi
+
+
+def _fptaylor_task(tk: Tokens, b: DagBuilder, inputs: str, labels: set[str], number: int,
+                   correlated: frozenset, multi: set) -> list[tuple[str, int]]:
+    task = _FPTaylorTask(tk, b, inputs, labels, number, correlated)
+    section = None
+    while True:
+        t = tk.peek()
+        if t[0] == "eof" or t[1] == "}":
+            # inputs in the order the variables are declared (they are made where first used)
+            order = sorted(task.input_order, key=task.input_order.get)
+            done = [(n, i) for n, i in zip(b.input_names, b.input_nodes, strict=True) if i not in task.input_order]
+            names = dict(zip(b.input_nodes, b.input_names, strict=True))
+            b.input_nodes[:] = [i for _, i in done] + order
+            b.input_names[:] = [n for n, _ in done] + [names[i] for i in order]
+            multi |= task.uses()
+            return task.outputs
+        if t[0] == "name" and t[1] in _FPT_SECTIONS:
+            tk.next()
+            section = _FPT_SECTIONS[t[1]]
+            continue
+        if t[1] in (",", ";"):  # an empty item
+            tk.next()
+            continue
+        if section is None:
+            raise tk.error(f"expected Constants, Variables, Definitions, Constraints or Expressions, found {t[1]!r}", t)
+        getattr(task, section.lower())()
+        n = tk.peek()
+        if n[1] in (",", ";"):
+            tk.next()
+        elif not (n[0] == "eof" or n[1] == "}" or (n[0] == "name" and n[1] in _FPT_SECTIONS)):
+            raise tk.error(f"expected ',' or ';' after the item, found {n[1]!r}", n)
 
 
 # ----------------------------------------------------------------------------- FPCore (straight line)
@@ -536,7 +1058,7 @@ def detect_format(text: str) -> str:
         return "fpcore"
     if re.search(r"\bINPUTS\s*\{", head) or re.search(r"\bEXPRS\s*\{", head):
         return "satire"
-    if re.search(r"\b(Variables|Expressions)\b", head):
+    if re.search(r"\b([Vv]ariables|[Ee]xpressions|[Dd]efinitions|[Cc]onstants)\b", head):
         return "fptaylor"
     raise InputError("cannot tell the input format (no INPUTS/EXPRS, Variables/Expressions or FPCore); "
                      "give --format")

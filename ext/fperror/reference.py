@@ -5,7 +5,9 @@ The working-precision run follows the error model's assumptions literally: + - *
 are IEEE operations (torch float64 on the CPU); a binary32/binary16 node is computed in binary64 and
 rounded once to its format (for + - * / sqrt that double rounding is innocuous, 53 >= 2 * 24 + 2);
 elementary functions use torch's float64 implementations.  The high-precision run evaluates the
-same DAG with every rounding removed (the exact real computation, to 200 bits).
+same DAG with every rounding removed (the exact real computation, to 200 bits).  An operation the
+program does in real arithmetic (FPTaylor's ``no_rnd`` and plain ``=``) is still run in binary64 by
+the working-precision run, so its sampled error is not the program's (it is 0 there).
 """
 
 from __future__ import annotations
@@ -66,7 +68,9 @@ def float_eval(dag: ExprDAG, pts: torch.Tensor) -> torch.Tensor:
         if o == CONST:
             bits = dag.const_bits.get(i)
             c = dag.const_values[i]
-            if bits is not None:  # the literal rounded once, exactly, to its precision
+            if i in dag.const_float:  # a literal expression evaluated in floating point
+                val[i] = float(dag.const_float[i])
+            elif bits is not None:  # the literal rounded once, exactly, to its precision
                 val[i] = float(round_to_bits(c, bits))
             else:
                 val[i] = _round(torch.tensor(float(c), dtype=torch.float64), urnd[i])

@@ -19,6 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.usercode import UserFunction
 
 from .dag import ABS, ADD, COS, DIV, EXP, LOG, MAX, MUL, NEG, SIN, SQRT, SUB, TANH, DagBuilder, ExprDAG
 
@@ -30,6 +31,7 @@ _TORCH = str(Path(torch.__file__).resolve().parent)
 _UNARY = {aten.neg.default: NEG, aten.exp.default: EXP, aten.log.default: LOG, aten.sqrt.default: SQRT,
           aten.sin.default: SIN, aten.cos.default: COS, aten.tanh.default: TANH, aten.abs.default: ABS}
 _BINARY = {"add": ADD, "sub": SUB, "mul": MUL, "div": DIV, "maximum": MAX}
+_READS = {"_local_scalar_dense", "is_nonzero", "equal"}  # a tensor's value handed to Python
 _SHAPE = {"view", "_unsafe_view", "reshape", "expand", "permute", "t", "transpose", "unsqueeze", "squeeze",
           "slice", "select", "clone", "contiguous", "alias", "detach", "cat", "stack", "index_select",
           "lift_fresh", "flip", "roll", "narrow", "split", "unbind", "chunk", "split_with_sizes"}
@@ -50,6 +52,22 @@ class _Tracer(TorchDispatchMode):
         super().__init__()
         self.b = builder
         self.ids: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        # the tensors computed from the inputs (comparisons and masks included): their values are data
+        self.tainted: dict[int, torch.Tensor] = {}
+
+    def taint(self, out) -> None:
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.tainted[id(t)] = t
+
+    def depends(self, *args) -> bool:
+        """Whether any tensor among ``args`` (lists included) was computed from the traced inputs."""
+        for a in args:
+            if isinstance(a, (list, tuple)) and self.depends(*a):
+                return True
+            if isinstance(a, torch.Tensor) and self.tainted.get(id(a)) is a:
+                return True
+        return False
 
     # -- id tensors --------------------------------------------------------------------------------
     def ids_of(self, t, bits: int, where: str) -> torch.Tensor:
@@ -81,6 +99,8 @@ class _Tracer(TorchDispatchMode):
 
     def chain_sum(self, ids: torch.Tensor, dims, keepdim: bool, bits: int, where: str) -> torch.Tensor:
         nd = ids.dim()
+        if nd == 0:  # the sum of a scalar is itself
+            return ids
         dims = list(range(nd)) if dims is None or dims == [] else [d % nd for d in dims]
         rest = [d for d in range(nd) if d not in dims]
         x = ids.permute(*rest, *dims)
@@ -118,8 +138,18 @@ class _Tracer(TorchDispatchMode):
     # -- dispatch -------------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
+        if name in _READS and self.depends(*args):
+            # Python looks at a value computed from the inputs (if/float()/item()/bool()): the path
+            # traced at the centre of the box need not be the path taken elsewhere in it
+            raise InputError(f"{_user_line()}: the function reads the value of a tensor computed from its "
+                             "inputs (if, float(), item(), bool()): its control flow may depend on the inputs, "
+                             "and a bound traced along one path does not hold for the others; fperror bounds "
+                             "straight-line code (write the choice with torch.maximum, abs or relu, or trace "
+                             "each branch over the sub-range where it is taken)")
+        out = func(*args, **kwargs)
+        if self.depends(*args, *kwargs.values()):
+            self.taint(out)
         where = _user_line()
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if not tensors or not isinstance(out, (torch.Tensor, list, tuple)):
@@ -201,6 +231,12 @@ class _Tracer(TorchDispatchMode):
                          "mm matmul mv dot addmm softmax and shape operations)")
 
 
+def _result_error(fn, expected: str, got: str) -> InputError:
+    if isinstance(fn, UserFunction):
+        return fn.result_error(expected, got)
+    return InputError(f"the traced function {getattr(fn, '__name__', '')}() must return {expected}, got {got}")
+
+
 def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[int, ...]] | None = None,
           dtype: torch.dtype = torch.float64, inputs: str = "exact") -> ExprDAG:
     """Trace ``fn(**tensors)`` into a DAG; argument ``name`` ranges over ``ranges[name]`` elementwise.
@@ -213,11 +249,17 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
         dtype: the precision the function runs in (float64, float32 or float16).
 
     Raises:
-        InputError: an empty range, an unsupported torch operation (naming the line), a non-float result.
+        InputError: an empty range, a dimension below 1, an unsupported torch operation or a value of
+            the inputs read by Python (a data-dependent branch; naming the line), a non-float result.
     """
     if dtype not in _BITS:
         raise InputError(f"dtype {dtype} is not float16/32/64")
     shapes = shapes or {}
+    for name, shape in shapes.items():
+        if name not in ranges:
+            raise InputError(f"a shape is given for {name!r}, which has no range")
+        if any(int(d) < 1 for d in shape):
+            raise InputError(f"shape of {name!r} is {tuple(shape)}: every dimension must be at least 1")
     bits = _BITS[dtype]
     b = DagBuilder()
     tracer = _Tracer(b)
@@ -238,19 +280,27 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
         t = torch.full(shape, float((lo_f + hi_f) / 2), dtype=dtype)
         kw[name] = t
         tracer.bind(t, torch.tensor(ids, dtype=torch.int64).reshape(shape))
+        tracer.taint(t)
     with tracer:
-        res = fn(**kw)
+        try:
+            res = fn(**kw)
+        except InputError as exc:  # the tracer's refusal (an op it does not model, a branch on data)
+            if isinstance(fn, UserFunction):
+                raise fn.error(f"cannot be traced: {exc}") from exc
+            raise
     outs = res if isinstance(res, (tuple, list)) else (res,)
     pairs = []
     for k, o in enumerate(outs):
-        if not isinstance(o, torch.Tensor):
-            raise InputError(f"the traced function must return tensors, got {type(o).__name__}")
+        if not isinstance(o, torch.Tensor) or not o.is_floating_point():
+            got = type(o).__name__ if not isinstance(o, torch.Tensor) else f"a {o.dtype} tensor"
+            raise _result_error(fn, "a floating-point tensor or a tuple of them", got)
         hit = tracer.ids.get(id(o))
-        if hit is None:
-            raise InputError("the traced function's result does not depend on its inputs through supported ops")
+        if hit is None or hit[0] is not o:
+            raise _result_error(fn, "tensors computed from its inputs by supported operations",
+                                "a tensor that does not depend on them")
         ids = hit[1].reshape(-1).tolist()
         base = f"out{k}" if len(outs) > 1 else "out"
         for j, i in enumerate(ids):
             idx = torch.unravel_index(torch.tensor(j), o.shape) if o.dim() else ()
             pairs.append((base + ("[" + ",".join(str(int(x)) for x in idx) + "]" if o.dim() else ""), i))
-    return b.build(pairs, getattr(fn, "__name__", "traced"))
+    return b.build(pairs, getattr(fn, "name", None) or getattr(fn, "__name__", "traced"))

@@ -18,7 +18,9 @@ def find_command(opts: FindOptions) -> int:
     whatever the status (it is the answer).  One progress line per search level goes to stderr.
 
     Raises:
-        InputError: the model cannot be imported or built, or does not run.
+        InputError: the model cannot be imported or built (the shared guard
+            :func:`torchhpc.ext.core.usercode.load_function`: one line naming ``--model`` and the cause),
+            does not run, or gives a reference that is not finite.
     """
     from .search import find
     from .target import build_target

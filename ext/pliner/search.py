@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.errors import InputError, TorchHPCError
+from torchhpc.ext.core.usercode import describe_exception
 
 from .config import Precision, SearchOptions, parse_precision
-from .oracle import Oracle, RunBudgetExceeded, check_device, run_config
+from .oracle import Oracle, RunBudgetExceeded, check_device, flat_outputs, run_config
 from .program import GraphProgram, ModuleProgram, Region, short_line
 from .recipe import Recipe
 
@@ -166,12 +167,30 @@ def build_program(model: torch.nn.Module, inputs: Sequence, problem: Precision):
 
 
 def _run_checked(model, inputs, cfg: Precision, what: str):
+    """``model(*inputs)`` under ``cfg``; the user's model failing is one InputError line (where it failed)."""
     try:
         return run_config(model, inputs, cfg)
+    except TorchHPCError:
+        raise
     except Exception as exc:  # noqa: BLE001 - the user's model failing is bad input, one line
-        first = (str(exc).strip().splitlines() or [""])[0][:300]
         raise InputError(f"the model fails under the {what} configuration {cfg.name}: "
-                         f"{type(exc).__name__}: {first}") from exc
+                         f"{describe_exception(exc)}") from exc
+
+
+def _check_finite_reference(ref_out, cfg: Precision) -> None:
+    """A reference with NaN or inf outputs leaves nothing to measure the divergence against.
+
+    Raises:
+        InputError: how many values are NaN / infinite, in the reference configuration's outputs.
+    """
+    outs = flat_outputs(ref_out)
+    total = sum(t.numel() for t in outs)
+    nan = sum(int(torch.isnan(t).sum()) for t in outs)
+    inf = sum(int(torch.isinf(t).sum()) for t in outs)
+    if nan or inf:
+        raise InputError(f"the reference configuration {cfg.name} is not finite: {nan} NaN and {inf} infinite "
+                         f"values among the model's {total} outputs, so there is no reference to compare with "
+                         "(fix the model or its inputs, or choose another --reference)")
 
 
 def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: str | Precision = "fp32",
@@ -190,7 +209,8 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
         program: a prepared program (e.g. the benchmark's), else built here.
 
     Raises:
-        InputError: the model fails in a configuration, or the outputs differ in number or shape.
+        InputError: the model fails in a configuration, the reference's outputs are not finite, or the
+            outputs differ in number or shape.
         ConfigError: a configuration asks for CUDA where there is none, or a bad preset.
     """
     opts = options or SearchOptions()
@@ -201,6 +221,7 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
     say = progress or (lambda _m: None)
     t0 = time.perf_counter()
     ref_out = _run_checked(model, inputs, ref_cfg, "reference")
+    _check_finite_reference(ref_out, ref_cfg)
     plain = _run_checked(model, inputs, prob_cfg, "problem")
     from .oracle import divergence
     before = float(metric(ref_out, plain)) if metric else divergence(ref_out, plain, opts.metric)

@@ -43,7 +43,7 @@ def test_inexact_literal_is_rounded_and_exact_literal_is_not():
 def test_second_order_term_covers_a_product_chain():
     """x^4 as ((x*x)*x)*x on [1, 2]: first order is 3*16u; the all-order bound exceeds it by O(u^2)."""
     o = analyze(parse_satire("INPUTS { x fl64 : (1, 2); } OUTPUTS { y; } EXPRS { y rnd64 = ((x*x)*x)*x; }")).outputs[0]
-    assert o.first_order == pytest.approx(48 * U, rel=1e-9)
+    assert o.first_order == pytest.approx(48 * U, rel=1e-9, abs=0)
     # exact worst case at x=2: 16((1+u)^3 - 1) = 48u + 48u^2 + 16u^3 must be covered
     assert o.abs_bound >= 16 * ((1 + U) ** 3 - 1)
     assert o.second_order > 0
@@ -124,7 +124,7 @@ def test_tensor_adjoint_pass_matches_slow_reference(shared_data, path):
     dag = load(path)
     slow = first_order_bound_slow(dag)[0]
     fast = analyze(dag, bb_iters=0).outputs[0].first_order
-    assert fast == pytest.approx(slow, rel=1e-9)
+    assert fast == pytest.approx(slow, rel=1e-9, abs=0)
 
 
 def test_literal_rounding_is_the_exact_error_of_the_literal():
