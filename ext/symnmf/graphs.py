@@ -29,6 +29,7 @@ import scipy.sparse as sp
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.paths import open_text
 
 from .config import GraphOptions
 
@@ -67,7 +68,7 @@ def read_edge_list(path: str | Path, *, symmetrize: bool = True) -> Graph:
     """
     path = Path(path)
     us, vs, ws = [], [], []
-    with open(path) as fh:
+    with open_text(path) as fh:  # plain or gzipped (SNAP ships .txt.gz); LF, CRLF or CR
         for lineno, line in enumerate(fh, 1):
             s = line.strip()
             if not s or s[0] in "#%":
@@ -190,7 +191,8 @@ def read_graph(path: str | Path, *, symmetrize: bool = True, label_attribute: st
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: no such graph file")
-    suffix = path.suffix.lower()
+    name = path.name.lower()
+    suffix = Path(name.removesuffix(".gz")).suffix  # x.mtx.gz, x.gml.gz, x.txt.gz: scipy and networkx un-gzip
     if suffix == ".mtx":
         return read_matrix_market(path)
     if suffix == ".gml":
@@ -211,7 +213,7 @@ def read_labels(path: str | Path, node_ids: np.ndarray) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path}: no such labels file")
     rows = []
-    with open(path) as fh:
+    with open_text(path) as fh:  # plain or gzipped (SNAP ships .txt.gz); LF, CRLF or CR
         for lineno, line in enumerate(fh, 1):
             s = line.strip()
             if not s or s[0] in "#%":

@@ -126,3 +126,24 @@ def test_malformed_files_name_the_line(tmp_path):
         read_graph(tmp_path / "c.txt")
     with pytest.raises(InputError, match="no such graph file"):
         read_graph(tmp_path / "missing.txt")
+
+
+@pytest.mark.parametrize("eol", ["\n", "\r\n", "\r"])
+def test_gzipped_graphs_and_labels_and_any_line_ending_read_alike(tmp_path, eol):
+    """SNAP's .txt.gz edge lists, .mtx.gz and .gml.gz, and labels with CRLF or CR-only line endings read as
+    the plain files do."""
+    import gzip
+
+    text = eol.join(["# SNAP", "0 1", "1 2", "2 0", "3 4", ""])
+    (tmp_path / "g.txt").write_text(text, newline="")
+    (tmp_path / "g.txt.gz").write_bytes(gzip.compress(text.encode()))
+    plain = read_graph(tmp_path / "g.txt")
+    zipped = read_graph(tmp_path / "g.txt.gz")
+    assert (plain.A != zipped.A).nnz == 0 and plain.A.nnz == 8 and list(zipped.node_ids) == [0, 1, 2, 3, 4]
+    scipy.io.mmwrite(str(tmp_path / "m.mtx"), plain.A)
+    (tmp_path / "m.mtx.gz").write_bytes(gzip.compress((tmp_path / "m.mtx").read_bytes()))
+    assert (read_graph(tmp_path / "m.mtx.gz").A != plain.A).nnz == 0
+    nx.write_gml(nx.path_graph(4), str(tmp_path / "p.gml.gz"))
+    assert read_graph(tmp_path / "p.gml.gz").A.nnz == 6
+    (tmp_path / "labels.txt").write_text(eol.join(["0", "0", "0", "1", "1", ""]), newline="")
+    assert read_labels(tmp_path / "labels.txt", zipped.node_ids).tolist() == [0, 0, 0, 1, 1]
