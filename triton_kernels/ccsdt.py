@@ -116,6 +116,45 @@ def _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x,
 
 
 @triton.jit
+def _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE: tl.constexpr):
+    # program id -> (occupied triple t = (i, j, k), virtual tile triple s), its weight w_occ * w_vir, and the
+    # tile's virtual indices a, b, c (clamped for the loads) with the mask of those inside nvir
+    pid = tl.program_id(0).to(tl.int64)
+    t = pid // n_vt
+    s = pid % n_vt
+    i = tl.load(occ_ptr + 3 * t)
+    j = tl.load(occ_ptr + 3 * t + 1)
+    k = tl.load(occ_ptr + 3 * t + 2)
+    w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    lanes = tl.arange(0, TILE).to(tl.int64)
+    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
+    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
+    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
+    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
+    a = tl.minimum(ra, NVIR - 1)[:, None, None]
+    b = tl.minimum(rb, NVIR - 1)[None, :, None]
+    c = tl.minimum(rc, NVIR - 1)[None, None, :]
+    return pid, t, i, j, k, w, a, b, c, mask
+
+
+@triton.jit
+def _add_ordering(sxy, xs, ys, x, y):
+    # running sums over orderings of one parity: sum X_P Y_P, sum X_P, sum Y_P
+    return sxy + x * y, xs + x, ys + y
+
+
+@triton.jit
+def _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask):
+    # eq. (5) over the six orderings of each point (even: cyclic), divided by D (eq. 4, symmetric in abc),
+    # masked and reduced to one scalar
+    e_ijk = tl.load(eocc_ptr + i) + tl.load(eocc_ptr + j) + tl.load(eocc_ptr + k)
+    d = e_ijk - tl.load(evir_ptr + a) - tl.load(evir_ptr + b) - tl.load(evir_ptr + c)
+    num = 3.0 * sxy + xe * ye - 2.0 * xe * yo + xo * yo - 2.0 * xo * ye
+    contrib = tl.where(mask, num / d, 0.0)
+    return tl.sum(tl.sum(tl.sum(contrib, axis=2), axis=1), axis=0)
+
+
+@triton.jit
 def _triples_energy_kernel(
     t1_ptr,  # (o, v)
     t2_ptr,  # (o, o, v, v)
@@ -135,55 +174,22 @@ def _triples_energy_kernel(
     NVIR,
     TILE: tl.constexpr,
 ):
-    # 1. program id -> (occupied triple, virtual tile triple)
-    pid = tl.program_id(0).to(tl.int64)
-    t = pid // n_vt
-    s = pid % n_vt
-    i = tl.load(occ_ptr + 3 * t)
-    j = tl.load(occ_ptr + 3 * t + 1)
-    k = tl.load(occ_ptr + 3 * t + 2)
-    w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
-    # 2. the tile's virtual indices: clamped for loads, masked for the sum
-    lanes = tl.arange(0, TILE).to(tl.int64)
-    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
-    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
-    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
-    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
-    a = tl.minimum(ra, NVIR - 1)[:, None, None]
-    b = tl.minimum(rb, NVIR - 1)[None, :, None]
-    c = tl.minimum(rc, NVIR - 1)[None, None, :]
-    # 3. the six orderings of (a, b, c): even (cyclic) abc, bca, cab; odd acb, bac, cba
-    x0, y0 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c, NOCC, NVIR, TILE)
-    sxy = x0 * y0
-    xe = x0
-    ye = y0
-    x1, y1 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a, NOCC, NVIR, TILE)
-    sxy += x1 * y1
-    xe += x1
-    ye += y1
-    x2, y2 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b, NOCC, NVIR, TILE)
-    sxy += x2 * y2
-    xe += x2
-    ye += y2
-    x3, y3 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b, NOCC, NVIR, TILE)
-    sxy += x3 * y3
-    xo = x3
-    yo = y3
-    x4, y4 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c, NOCC, NVIR, TILE)
-    sxy += x4 * y4
-    xo += x4
-    yo += y4
-    x5, y5 = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a, NOCC, NVIR, TILE)
-    sxy += x5 * y5
-    xo += x5
-    yo += y5
-    # 4. eq. (5) over the six orderings, divided by D (eq. 4, symmetric in abc), masked and reduced
-    e_ijk = tl.load(eocc_ptr + i) + tl.load(eocc_ptr + j) + tl.load(eocc_ptr + k)
-    d = e_ijk - tl.load(evir_ptr + a) - tl.load(evir_ptr + b) - tl.load(evir_ptr + c)
-    num = 3.0 * sxy + xe * ye - 2.0 * xe * yo + xo * yo - 2.0 * xo * ye
-    contrib = tl.where(mask, num / d, 0.0)
-    e = tl.sum(tl.sum(tl.sum(contrib, axis=2), axis=1), axis=0)
-    # 5. only the weighted partial energy leaves
+    pid, t, i, j, k, w, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
+    # the six orderings of (a, b, c): even (cyclic) abc, bca, cab; odd acb, bac, cba
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c, NOCC, NVIR, TILE)
+    sxy, xe, ye = x * y, x, y
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a, NOCC, NVIR, TILE)
+    sxy, xe, ye = _add_ordering(sxy, xe, ye, x, y)
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b, NOCC, NVIR, TILE)
+    sxy, xe, ye = _add_ordering(sxy, xe, ye, x, y)
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b, NOCC, NVIR, TILE)
+    sxy, xo, yo = sxy + x * y, x, y
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c, NOCC, NVIR, TILE)
+    sxy, xo, yo = _add_ordering(sxy, xo, yo, x, y)
+    x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a, NOCC, NVIR, TILE)
+    sxy, xo, yo = _add_ordering(sxy, xo, yo, x, y)
+    e = _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask)
+    # only the weighted partial energy leaves
     tl.store(out_ptr + pid, e * w)
 
 
@@ -229,57 +235,27 @@ def _epilogue_kernel(
     # tile are read from the layouts (18 TILE^3 loads, each element of a triple's layouts read once over
     # all its tile triples: 24 v^3 bytes per triple), V is rebuilt from the inputs, and eq. (5) is summed
     # with the even/odd identity of _triples_energy_kernel. Flops ~200 per point: memory-bound.
-    pid = tl.program_id(0).to(tl.int64)
-    t = pid // n_vt
-    s = pid % n_vt
-    i = tl.load(occ_ptr + 3 * t)
-    j = tl.load(occ_ptr + 3 * t + 1)
-    k = tl.load(occ_ptr + 3 * t + 2)
-    w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    pid, t, i, j, k, w, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
     base = t * NVIR * NVIR * NVIR
-    lanes = tl.arange(0, TILE).to(tl.int64)
-    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
-    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
-    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
-    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
-    a = tl.minimum(ra, NVIR - 1)[:, None, None]
-    b = tl.minimum(rb, NVIR - 1)[None, :, None]
-    c = tl.minimum(rc, NVIR - 1)[None, None, :]
-    x0, y0 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c,
-                              NOCC, NVIR)
-    sxy = x0 * y0
-    xe = x0
-    ye = y0
-    x1, y1 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a,
-                              NOCC, NVIR)
-    sxy += x1 * y1
-    xe += x1
-    ye += y1
-    x2, y2 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b,
-                              NOCC, NVIR)
-    sxy += x2 * y2
-    xe += x2
-    ye += y2
-    x3, y3 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b,
-                              NOCC, NVIR)
-    sxy += x3 * y3
-    xo = x3
-    yo = y3
-    x4, y4 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c,
-                              NOCC, NVIR)
-    sxy += x4 * y4
-    xo += x4
-    yo += y4
-    x5, y5 = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a,
-                              NOCC, NVIR)
-    sxy += x5 * y5
-    xo += x5
-    yo += y5
-    e_ijk = tl.load(eocc_ptr + i) + tl.load(eocc_ptr + j) + tl.load(eocc_ptr + k)
-    d = e_ijk - tl.load(evir_ptr + a) - tl.load(evir_ptr + b) - tl.load(evir_ptr + c)
-    num = 3.0 * sxy + xe * ye - 2.0 * xe * yo + xo * yo - 2.0 * xo * ye
-    contrib = tl.where(mask, num / d, 0.0)
-    e = tl.sum(tl.sum(tl.sum(contrib, axis=2), axis=1), axis=0)
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c,
+                            NOCC, NVIR)
+    sxy, xe, ye = x * y, x, y
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, c, a,
+                            NOCC, NVIR)
+    sxy, xe, ye = _add_ordering(sxy, xe, ye, x, y)
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, a, b,
+                            NOCC, NVIR)
+    sxy, xe, ye = _add_ordering(sxy, xe, ye, x, y)
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, c, b,
+                            NOCC, NVIR)
+    sxy, xo, yo = sxy + x * y, x, y
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, b, a, c,
+                            NOCC, NVIR)
+    sxy, xo, yo = _add_ordering(sxy, xo, yo, x, y)
+    x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, c, b, a,
+                            NOCC, NVIR)
+    sxy, xo, yo = _add_ordering(sxy, xo, yo, x, y)
+    e = _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask)
     tl.store(out_ptr + pid, e * w)
 
 

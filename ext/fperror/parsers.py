@@ -155,7 +155,29 @@ def _bits_of(tok: str) -> int:
 # ----------------------------------------------------------------------------- expressions
 
 
-class _ExprParser:
+class _InfixGrammar:
+    """``expr := term (('+' | '-') term)*``, ``term := unary (('*' | '/') unary)*``: the precedence both
+    formats share; a parser supplies ``tk``, ``binop`` and ``unary``."""
+
+    def _additive(self, tok: tuple) -> bool:
+        return tok[1] in ("+", "-")
+
+    def expr(self) -> tuple:
+        v = self.term()
+        while self._additive(self.tk.peek()):
+            t = self.tk.next()
+            v = self.binop(ADD if t[1] == "+" else SUB, v, self.term(), t)
+        return v
+
+    def term(self) -> tuple:
+        v = self.unary()
+        while self.tk.peek()[1] in ("*", "/"):
+            t = self.tk.next()
+            v = self.binop(MUL if t[1] == "*" else DIV, v, self.unary(), t)
+        return v
+
+
+class _ExprParser(_InfixGrammar):
     """Recursive descent over ``+ - * / ^``, unary minus, calls and parentheses.
 
     A value is ``("lit", Fraction)`` while only literals are involved, else ``("node", index)``.
@@ -179,20 +201,6 @@ class _ExprParser:
         if op == DIV and y[0] == "lit" and y[1] == 0:
             raise self.tk.error("division by the literal zero", t)
         return ("node", self.b.add(op, self.node(x, where), self.node(y, where), self.bits, where))
-
-    def expr(self) -> tuple:
-        v = self.term()
-        while self.tk.peek()[1] in ("+", "-"):
-            t = self.tk.next()
-            v = self.binop(ADD if t[1] == "+" else SUB, v, self.term(), t)
-        return v
-
-    def term(self) -> tuple:
-        v = self.unary()
-        while self.tk.peek()[1] in ("*", "/"):
-            t = self.tk.next()
-            v = self.binop(MUL if t[1] == "*" else DIV, v, self.unary(), t)
-        return v
 
     def unary(self) -> tuple:
         t = self.tk.peek()
@@ -598,7 +606,7 @@ class _FPTaylorTask:
         return tk.peek(2)[1] == "="
 
 
-class _FPTaylorExpr:
+class _FPTaylorExpr(_InfixGrammar):
     """FPTaylor expressions, lowered as FPTaylor reads them (REFERENCE.md: "Definitions", "Rounding").
 
     ``ctx`` is the rounding a definition ``name rnd= expr`` applies to every operation, variable,
@@ -675,19 +683,8 @@ class _FPTaylorExpr:
         return ("op", op, self.node(x, where), self.node(y, where), self.ctx, where)
 
     # -- grammar ---------------------------------------------------------------------------------
-    def expr(self) -> tuple:
-        v = self.term()
-        while self.tk.peek()[1] in ("+", "-") and self.tk.peek()[0] == "op":
-            t = self.tk.next()
-            v = self.binop(ADD if t[1] == "+" else SUB, v, self.term(), t)
-        return v
-
-    def term(self) -> tuple:
-        v = self.unary()
-        while self.tk.peek()[1] in ("*", "/"):
-            t = self.tk.next()
-            v = self.binop(MUL if t[1] == "*" else DIV, v, self.unary(), t)
-        return v
+    def _additive(self, tok: tuple) -> bool:
+        return tok[1] in ("+", "-") and tok[0] == "op"
 
     def unary(self) -> tuple:
         t = self.tk.peek()

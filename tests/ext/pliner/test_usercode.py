@@ -4,6 +4,7 @@ that is not finite -- one line and exit 1 each."""
 from __future__ import annotations
 
 import pytest
+from harness.cli import one_error_line
 
 from torchhpc.trainers.pliner import main
 
@@ -40,11 +41,10 @@ def models(tmp_path):
 
 
 def _one_line(capsys, argv: list[str]) -> str:
-    assert main(argv) == 1
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    return lines[0]
+    """Run the CLI in-process: exit 1 and exactly one stderr line, no traceback."""
+    rc = main(argv)
+    assert rc == 1
+    return one_error_line(rc, capsys.readouterr().err)
 
 
 def test_a_reference_that_is_not_finite_is_an_error(models, capsys):
