@@ -2,6 +2,7 @@
 
     python benchmarks/foresight.py                    # NYX 32^3 sample (6 fields) + a 256^3 synthetic GRF
     python benchmarks/foresight.py --size 64 --repeats 2    # quick
+    python benchmarks/foresight.py --codec blocks           # our device codec (the default on CUDA) on the CPU
 
 For each input and each bound e = E * (max - min), E in --bounds, every compressor runs in its
 absolute-error mode with bound e (fpzip: the fewest bits that meet e); the max error of each result
@@ -41,11 +42,14 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=256, help="side of the synthetic field (default 256)")
     ap.add_argument("--bounds", type=float, nargs="+", default=[1e-2, 1e-3, 1e-4],
                     help="bounds relative to each field's value range (default 1e-2 1e-3 1e-4)")
+    ap.add_argument("--codec", default="auto", choices=["auto", "planes", "blocks"],
+                    help="our codec (auto: blocks on CUDA, planes on the CPU)")
     args = ap.parse_args(argv)
     dev = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                        else "cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     comps = {n: get_compressor(n) for n in COMPRESSORS}
+    extra = {n: ({"codec": args.codec} if n == "ours" else {}) for n in COMPRESSORS}
     rows = []
     for iname, fields in inputs(args.size).items():
         for rel in args.bounds:
@@ -60,13 +64,13 @@ def main(argv=None) -> int:
                 tot_in += x.numel() * x.element_size()
                 packed = {}
                 for n, c in comps.items():
-                    packed[n] = c.compress(xs[n], verify=False, mode="abs", bound=eb)
+                    packed[n] = c.compress(xs[n], verify=False, mode="abs", bound=eb, **extra[n])
                     y = c.decompress(packed[n], xs[n].device).cpu()
                     err = float((y.double() - x.double()).abs().max())
                     ok[n] &= err <= eb
                     tot_out[n] += packed[n].stats["nbytes_out"]
                 tc = time_interleaved({n: (lambda n=n, xs=xs, eb=eb: comps[n].compress(xs[n], verify=False, mode="abs",
-                                                                                     bound=eb))
+                                                                                     bound=eb, **extra[n]))
                                        for n in COMPRESSORS}, repeats=args.repeats, sync=sync)
                 td = time_interleaved({n: (lambda n=n, xs=xs, packed=packed: comps[n].decompress(packed[n],
                                                                                                  xs[n].device))
@@ -81,7 +85,8 @@ def main(argv=None) -> int:
                              bound_held=ok, compress_MBps={n: mb / t_c[n] for n in COMPRESSORS},
                              decompress_MBps={n: mb / t_d[n] for n in COMPRESSORS},
                              compress_speedup_vs_sz3=t_c["sz3"] / t_c["ours"],
-                             decompress_speedup_vs_sz3=t_d["sz3"] / t_d["ours"], device=str(dev))
+                             decompress_speedup_vs_sz3=t_d["sz3"] / t_d["ours"], device=str(dev),
+                             codec=packed["ours"].meta["codec"])
             rows.append(row)
             print(f"{iname:8s} E={rel:<7g} ratio " + "  ".join(f"{n} {ratio[n]:7.2f}" for n in COMPRESSORS)
                   + f"  | ours/sz3 {ratio['ours'] / ratio['sz3']:.2f}  | comp MB/s "
@@ -90,7 +95,7 @@ def main(argv=None) -> int:
                   + f"  | bound held {all(ok.values())}", flush=True)
     path = write_results("foresight", "compressors", rows, out=args.out,
                          params={"size": args.size, "bounds": args.bounds, "repeats": args.repeats,
-                                 "device": str(dev)})
+                                 "device": str(dev), "codec": args.codec})
     groups = [r["name"] for r in rows]
     bar_plot(path.with_suffix(".png"), groups, {n: [r["ratio"][n] for r in rows] for n in COMPRESSORS},
              ylabel="compression ratio at equal max error", logy=True, highlight="ours",

@@ -32,6 +32,26 @@ def test_foresight_codec_per_field():
     assert all(float((y - x).abs().max()) <= 1e-2 * (1 + 1e-9) for x, y in zip(fields, decoded, strict=True))
 
 
+def test_foresight_block_codec_per_field():
+    """The block codec on the Triton path: the payload's size and the payload cross to the host once per field
+    (two syncs), whatever the field's size; decoding asks nothing of the host; outliers cost no sync."""
+    from torchhpc.ext.foresight.blocks import GPU_BUDGETS, blocks_decode, blocks_encode
+
+    fields = [torch.randn(n, 9, 10, generator=torch.Generator().manual_seed(n)).cumsum(2) for n in (1, 8, 40)]
+    fields[1][3, 4, 5] = float("nan")  # one outlier
+    with count_host_work() as enc:
+        encoded = [blocks_encode(x, 1e-2, backend="triton") for x in fields]
+    GPU_BUDGETS["blocks_encode"].check(enc, len(fields), "foresight block encode")
+    assert enc.launch_ops["triton:_block_scan_kernel"] == enc.launch_ops["triton:_block_pack_kernel"] == len(fields)
+    assert encoded[1][1]["outliers"] == 1
+    with count_host_work() as dec:
+        decoded = [blocks_decode(p, m, tuple(x.shape), x.dtype, 1e-2, "cpu", backend="triton")
+                   for x, (p, m) in zip(fields, encoded, strict=True)]
+    GPU_BUDGETS["blocks_decode"].check(dec, len(fields), "foresight block decode")
+    for x, y in zip(fields, decoded, strict=True):
+        assert bool(((y - x).abs() <= 1e-2).logical_or(torch.isnan(x) & torch.isnan(y)).all())
+
+
 def test_segalign_filter_per_strand(tmp_path):
     """The Triton filter on both strands of a 4 kbp pair: within segalign's budget per strand."""
     from torchhpc.ext.segalign.align import find_hsps

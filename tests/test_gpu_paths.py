@@ -2,7 +2,8 @@
 
 The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filter on a real pair,
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
-codec (a field compressed on the GPU is the CPU's payload byte for byte and decodes on either device)
+codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
+either device to the same values)
 and sched's batched simulator (the torch path on CUDA makes the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
@@ -23,14 +24,22 @@ def test_foresight_codec_on_cuda_equals_the_cpu(shape, dtype):
 
     gen = torch.Generator().manual_seed(7)
     x = torch.randn(shape, generator=gen, dtype=torch.float64).cumsum(-1).to(dtype)
+    x.view(-1)[5] = float("inf")  # one outlier
     comp = OursCompressor()
-    on_cpu = comp.compress(x, mode="abs", bound=1e-3)
     on_gpu = comp.compress(x.cuda(), mode="abs", bound=1e-3)
+    assert on_gpu.meta["codec"] == "blocks"  # auto: the device codec on CUDA
+    on_cpu = comp.compress(x, mode="abs", bound=1e-3, codec="blocks")
     assert on_gpu.payload == on_cpu.payload  # one format, whichever device wrote it
-    for device in ("cpu", "cuda"):
-        y = comp.decompress(on_gpu, device)
-        assert y.device.type == device and y.dtype == dtype and tuple(y.shape) == shape
-        assert float((y.cpu().double() - x.double()).abs().max()) <= 1e-3
+    planes = comp.compress(x, mode="abs", bound=1e-3)  # the CPU's own codec
+    assert planes.meta["codec"] == "planes"
+    ys = []
+    for c in (on_gpu, planes):
+        for device in ("cpu", "cuda"):
+            y = comp.decompress(c, device)
+            assert y.device.type == device and y.dtype == dtype and tuple(y.shape) == shape
+            ys.append(y.cpu())
+    assert all(torch.equal(y, ys[0]) for y in ys)  # both codecs, both devices: the same values
+    assert float((ys[0].double() - x.double()).abs().nan_to_num(0.0).max()) <= 1e-3
 
 
 @pytest.mark.parametrize("backfill", ["none", "easy"])

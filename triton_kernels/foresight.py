@@ -39,6 +39,31 @@ def _quantize(x, inv2e, LIMIT: tl.constexpr):
     return tl.where(ok, tl.floor(xf + 0.5), 0.0).to(tl.int64)
 
 
+@triton.jit
+def _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT: tl.constexpr):
+    """``(q, d)`` at the flat offsets ``offs`` (any shape): the code of each element and its 3D Lorenzo
+    residual, from the 8 corners of the stencil, each quantised in fp64 and summed with sign (-1)^(a+b+c)."""
+    plane = N1.to(tl.int64) * N2
+    i = offs // plane
+    j = (offs // N2) % N1
+    k = offs % N2
+    d = offs * 0
+    q0 = offs * 0
+    for a in tl.static_range(2):
+        for b in tl.static_range(2):
+            for c in tl.static_range(2):
+                ok = mask & (i >= a) & (j >= b) & (k >= c)
+                x = tl.load(x_ptr + offs - a * plane - b * N2 - c, mask=ok, other=0.0)
+                q = tl.where(ok, _quantize(x, inv2e, LIMIT), 0)
+                if (a + b + c) % 2 == 0:
+                    d += q
+                else:
+                    d -= q
+                if a + b + c == 0:
+                    q0 = q
+    return q0, d
+
+
 # The sizes are runtime values: a dimension of 1 (every 1-D and 2-D field is viewed as (1, N1, N2)) would
 # otherwise become a constexpr, with no .to(); and one compiled kernel serves every shape.
 @triton.jit(do_not_specialize=["N0", "N1", "N2"])
@@ -59,27 +84,9 @@ def _lorenzo_quantize_kernel(
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK).to(tl.int64)
     total = N0.to(tl.int64) * N1 * N2
     mask = offs < total
-    # 2. flat offset -> (i, j, k)
-    plane = N1.to(tl.int64) * N2
-    i = offs // plane
-    j = (offs // N2) % N1
-    k = offs % N2
-    # 3. the 8 corners of the Lorenzo stencil, each quantised in fp64, summed with sign (-1)^(a+b+c)
-    d = tl.zeros([BLOCK], dtype=tl.int64)
-    q0 = tl.zeros([BLOCK], dtype=tl.int64)
-    for a in tl.static_range(2):
-        for b in tl.static_range(2):
-            for c in tl.static_range(2):
-                ok = mask & (i >= a) & (j >= b) & (k >= c)
-                x = tl.load(x_ptr + offs - a * plane - b * N2 - c, mask=ok, other=0.0)
-                q = tl.where(ok, _quantize(x, inv2e, LIMIT), 0)
-                if (a + b + c) % 2 == 0:
-                    d += q
-                else:
-                    d -= q
-                if a + b + c == 0:
-                    q0 = q
-    # 4. store codes and residuals
+    # 2. the codes and their Lorenzo residuals
+    q0, d = _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT)
+    # 3. store codes and residuals
     tl.store(q_ptr + offs, q0, mask=mask)
     tl.store(d_ptr + offs, d, mask=mask)
 
@@ -115,6 +122,209 @@ def lorenzo_quantize_triton(x: torch.Tensor, eb: float, block: int = 1024) -> tu
     return q, d
 
 
+# ----------------------------------------------------------------------------- the block codec
+
+PACK = 32
+"""Values per packed block: a block of width ``w`` is ``w`` 32-bit words, word ``p`` holding bit ``p`` of
+each of its 32 zigzag codes (bit ``l`` of the word = lane ``l``), cuSZp's bit-plane layout."""
+
+CODE_LIMIT = 2**31
+"""A Lorenzo residual ``|d|`` at or above this (its zigzag code would not fit 32 bits) is an outlier."""
+
+
+@triton.jit
+def _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT: tl.constexpr, CODE_LIMIT: tl.constexpr):
+    """For the ``(ROWS, 32)`` values of blocks ``rows``: flat offsets, lanes, ``x``, the residual ``d``,
+    the outlier flag and the zigzag code ``u`` (0 for an outlier and past the end)."""
+    inv2e = tl.load(eb_ptr)
+    twoe = tl.load(eb_ptr + 1)
+    e = tl.load(eb_ptr + 2)
+    lanes = tl.arange(0, 32).to(tl.int64)
+    offs = rows[:, None] * 32 + lanes[None, :]
+    mask = offs < N0.to(tl.int64) * N1 * N2
+    q, d = _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT)
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    # the value the decoder will produce, in the input's dtype; off the bound (NaN included): an outlier
+    recon = (q.to(tl.float64) * twoe).to(x.dtype).to(tl.float64)
+    near = tl.abs(recon - x.to(tl.float64)) <= e
+    flag = mask & ((near == 0) | (d >= CODE_LIMIT) | (d < -CODE_LIMIT))
+    u = tl.where(flag | (mask == 0), 0, (d << 1) ^ (d >> 63))
+    return offs, lanes, x, d, flag, u
+
+
+@triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
+def _block_scan_kernel(
+    x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
+    eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
+    width_ptr,  # (NB,) int32 out: bits of the block's widest code (0..32)
+    nout_ptr,  # (NB,) int32 out: outliers in the block
+    N0, N1, N2, NB,
+    LIMIT: tl.constexpr,
+    CODE_LIMIT: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    # pass 1 of encoding: per block, its width and its outlier count (reads x, writes 8 bytes per 32 values)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    offs, lanes, x, d, flag, u = _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT, CODE_LIMIT)
+    top = tl.max(u, axis=1)
+    width = tl.zeros([ROWS], dtype=tl.int32)
+    for p in tl.static_range(32):
+        width += ((top >> p) > 0).to(tl.int32)
+    rmask = rows < NB
+    tl.store(width_ptr + rows, width, mask=rmask)
+    tl.store(nout_ptr + rows, tl.sum(flag.to(tl.int32), axis=1), mask=rmask)
+
+
+@triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
+def _block_pack_kernel(
+    x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
+    eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
+    wend_ptr,  # (NB,) int64: inclusive prefix sum of the widths (words up to the end of each block)
+    oend_ptr,  # (NB,) int64: inclusive prefix sum of the outlier counts
+    wbyte_ptr,  # (NB,) uint8 out: the widths, in the payload
+    words_ptr,  # (sum of widths,) int32 out: the bit planes, in the payload
+    oidx_ptr,  # (outliers,) int64 out: flat index of each outlier
+    od_ptr,  # (outliers,) int64 out: its Lorenzo residual
+    ox_ptr,  # (outliers,) x's dtype out: its exact value
+    N0, N1, N2, NB,
+    LIMIT: tl.constexpr,
+    CODE_LIMIT: tl.constexpr,
+    ROWS: tl.constexpr,
+):
+    # pass 2: recompute the codes (cheaper than a round trip of 4 bytes per value) and scatter-pack them
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    rmask = rows < NB
+    offs, lanes, x, d, flag, u = _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT, CODE_LIMIT)
+    wend = tl.load(wend_ptr + rows, mask=rmask, other=0)
+    wstart = tl.load(wend_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
+    width = wend - wstart
+    tl.store(wbyte_ptr + rows, width.to(tl.uint8), mask=rmask)
+    for p in tl.static_range(32):
+        word = tl.sum(((u >> p) & 1) << lanes[None, :], axis=1)
+        tl.store(words_ptr + wstart + p, word.to(tl.int32), mask=rmask & (width > p))
+    # outliers: each block's go to its slice of the list, in lane order
+    ostart = tl.load(oend_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
+    fl = flag.to(tl.int64)
+    pos = ostart[:, None] + tl.cumsum(fl, axis=1) - fl
+    tl.store(oidx_ptr + pos, offs, mask=flag)
+    tl.store(od_ptr + pos, d, mask=flag)
+    tl.store(ox_ptr + pos, x, mask=flag)
+
+
+@triton.jit(do_not_specialize=["total", "NB"])
+def _block_unpack_kernel(
+    wbyte_ptr,  # (NB,) uint8: the widths
+    wend_ptr,  # (NB,) int64: inclusive prefix sum of the widths
+    words_ptr,  # (sum of widths,) int32: the bit planes
+    d_ptr,  # (total,) int64 out: the Lorenzo residuals (outliers' are 0: the caller scatters them)
+    total, NB,
+    ROWS: tl.constexpr,
+):
+    # decoding: gather each block's planes back into 32 codes, un-zigzag (reads the payload, writes 8 B/value)
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
+    rmask = rows < NB
+    lanes = tl.arange(0, 32).to(tl.int64)
+    width = tl.load(wbyte_ptr + rows, mask=rmask, other=0).to(tl.int64)
+    wstart = tl.load(wend_ptr + rows, mask=rmask, other=0) - width
+    u = rows[:, None] * lanes[None, :] * 0
+    for p in tl.static_range(32):
+        word = tl.load(words_ptr + wstart + p, mask=rmask & (width > p), other=0).to(tl.uint32).to(tl.int64)
+        u |= ((word[:, None] >> lanes[None, :]) & 1) << p
+    offs = rows[:, None] * 32 + lanes[None, :]
+    tl.store(d_ptr + offs, (u >> 1) ^ -(u & 1), mask=offs < total)
+
+
+def _eb_tensor(eb: float, device) -> torch.Tensor:
+    return torch.tensor([1.0 / (2.0 * eb), 2.0 * eb, eb], dtype=torch.float64, device=device)
+
+
+def block_scan_triton(x: torch.Tensor, eb: float, rows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pass 1 of the block codec: ``(width, nout)`` per block of 32 values of the 3D float ``x``, int32."""
+    _check_volume(x, eb)
+    nb = triton.cdiv(x.numel(), PACK)
+    width = torch.empty(nb, dtype=torch.int32, device=x.device)
+    nout = torch.empty(nb, dtype=torch.int32, device=x.device)
+    _block_scan_kernel[(triton.cdiv(nb, rows),)](x, _eb_tensor(eb, x.device), width, nout, *x.shape, nb,
+                                                 LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, ROWS=rows)
+    return width, nout
+
+
+def block_pack_triton(x: torch.Tensor, eb: float, wend: torch.Tensor, oend: torch.Tensor, wbyte: torch.Tensor,
+                      words: torch.Tensor, oidx: torch.Tensor, od: torch.Tensor, ox: torch.Tensor,
+                      rows: int = 32) -> None:
+    """Pass 2: write the widths (uint8), the bit planes (int32) and the outliers (index, residual, value)
+    into the given views, from the inclusive prefix sums ``wend``/``oend`` of pass 1's counts."""
+    _check_volume(x, eb)
+    nb = wend.numel()
+    _block_pack_kernel[(triton.cdiv(nb, rows),)](x, _eb_tensor(eb, x.device), wend, oend, wbyte, words, oidx, od, ox,
+                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, ROWS=rows)
+
+
+def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Tensor, total: int,
+                        rows: int = 32) -> torch.Tensor:
+    """Decoding: the ``total`` int64 residuals from the widths, their inclusive prefix sum and the planes."""
+    nb = wbyte.numel()
+    d = torch.empty(total, dtype=torch.int64, device=wbyte.device)
+    _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, d, total, nb, ROWS=rows)
+    return d
+
+
+def _check_volume(x: torch.Tensor, eb: float) -> None:
+    if x.dim() != 3 or not x.is_floating_point():
+        raise ValueError(f"expected a 3D float tensor, got {tuple(x.shape)} {x.dtype}")
+    if not eb > 0:
+        raise ValueError(f"error bound must be > 0, got {eb}")
+
+
+def block_codes_torch(x: torch.Tensor, eb: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The torch twin of the kernels' shared step: flat ``(d, flag, u)`` for the 3D float ``x``, ``u``
+    (int64 zigzag codes, 0 for outliers) padded with zeros to whole blocks, shaped ``(blocks, 32)``."""
+    _check_volume(x, eb)
+    q, d = lorenzo_quantize_torch(x, eb)
+    d = d.reshape(-1)
+    recon = q.reshape(-1).to(torch.float64).mul_(2.0 * eb).to(x.dtype).to(torch.float64)
+    flag = ~(recon.sub_(x.reshape(-1)).abs_() <= eb) | (d >= CODE_LIMIT) | (d < -CODE_LIMIT)
+    u = torch.where(flag, 0, (d << 1) ^ (d >> 63))
+    u = torch.nn.functional.pad(u, (0, (-u.numel()) % PACK))
+    return d, flag, u.reshape(-1, PACK)
+
+
+def pack_planes(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(width uint8, words int32)`` of ``(blocks, 32)`` codes below 2^32: NumPy's bit (un)packing turns
+    each block's 32 codes into its 32 bit planes; the planes above the block's width are dropped."""
+    import numpy as np
+
+    u32 = u.to(torch.int64).numpy().astype(np.uint32)
+    top = u32.max(axis=1) if u32.size else np.zeros(0, np.uint32)
+    width = np.zeros(top.shape, np.uint8)
+    for p in range(32):
+        width += (top >> np.uint32(p)) > 0
+    planes = np.empty_like(u32)
+    step = 1 << 15  # blocks per chunk: 32 MiB of unpacked bits
+    for s in range(0, len(u32), step):
+        bits = np.unpackbits(u32[s:s + step].view(np.uint8).reshape(-1, PACK, 4), axis=2, bitorder="little")
+        planes[s:s + step] = np.ascontiguousarray(np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")).view(np.uint32)[..., 0]
+    keep = np.arange(PACK)[None, :] < width[:, None]
+    return torch.from_numpy(width), torch.from_numpy(planes[keep].view(np.int32))
+
+
+def unpack_planes(width: torch.Tensor, words: torch.Tensor, total: int) -> torch.Tensor:
+    """Inverse of :func:`pack_planes` and the zigzag: the first ``total`` int64 residuals."""
+    import numpy as np
+
+    w = width.numpy()
+    planes = np.zeros((len(w), PACK), np.uint32)
+    keep = np.arange(PACK)[None, :] < w[:, None]
+    planes[keep] = words.numpy().view(np.uint32)
+    u = np.empty_like(planes)
+    step = 1 << 15
+    for s in range(0, len(planes), step):
+        bits = np.unpackbits(planes[s:s + step].view(np.uint8).reshape(-1, PACK, 4), axis=2, bitorder="little")
+        u[s:s + step] = np.ascontiguousarray(np.packbits(bits.transpose(0, 2, 1), axis=2, bitorder="little")).view(np.uint32)[..., 0]
+    u = torch.from_numpy(u.reshape(-1)[:total].astype(np.int64))
+    return (u >> 1) ^ -(u & 1)
+
+
 def quantize_torch(x: torch.Tensor, eb: float) -> torch.Tensor:
     """``q = floor(x / 2e + 1/2)`` in fp64 (0 where ``|x / 2e| >= 2^40`` or ``x`` is not finite)."""
     xf = x.to(torch.float64, copy=True).mul_(1.0 / (2.0 * eb))  # in place after one copy (never on x)
@@ -135,4 +345,6 @@ def lorenzo_quantize_torch(x: torch.Tensor, eb: float) -> tuple[torch.Tensor, to
     return q, d
 
 
-__all__ = ["QUANT_LIMIT", "lorenzo_quantize_torch", "lorenzo_quantize_triton", "quantize_torch"]
+__all__ = ["CODE_LIMIT", "PACK", "QUANT_LIMIT", "block_codes_torch", "block_pack_triton", "block_scan_triton",
+           "block_unpack_triton", "lorenzo_quantize_torch", "lorenzo_quantize_triton", "pack_planes", "quantize_torch",
+           "unpack_planes"]

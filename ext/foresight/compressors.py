@@ -41,6 +41,7 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
+from .blocks import blocks_decode, blocks_encode, entropy_decode, entropy_encode
 from .ops import (
     PREDICTORS,
     lorenzo_decode,
@@ -273,13 +274,21 @@ def _dtype(c: Compressed) -> np.dtype:
 
 
 class OursCompressor(Compressor):
-    """Our compressor: dual-quantised prediction (Triton kernel) + zstd (see :mod:`.ops`)."""
+    """Our compressor: dual-quantised prediction and one of two codecs (see :mod:`.ops`, :mod:`.blocks`).
+
+    ``codec``: ``planes`` (the residuals' byte planes, zstd; Lorenzo or interpolation prediction),
+    ``blocks`` (Lorenzo codes bit-packed in blocks of 32 where the data is, then zstd frames on every
+    host core) or ``auto`` (``blocks`` for a tensor on CUDA, ``planes`` elsewhere: each is the faster on
+    its device).  Either decodes on either device.
+    """
 
     name = "ours"
     modes = MODES
-    PARAMS = {"predictor": "auto", "level": "auto", "backend": "auto"}
+    PARAMS = {"predictor": "auto", "level": "auto", "backend": "auto", "codec": "auto"}
+    CODECS = ("auto", "planes", "blocks")
     SMALL = 1 << 20
-    """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size) and 6 above."""
+    """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size) and 6 above;
+    the block codec's frames use level 1 (the packing has done most of the work)."""
 
     def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
         p = super().check_params(params)
@@ -288,16 +297,30 @@ class OursCompressor(Compressor):
                              f"got {p['predictor']!r}")
         if p["level"] != "auto" and (not isinstance(p["level"], int) or not 1 <= p["level"] <= 22):
             raise InputError(f"compressor 'ours': level must be auto or an integer in 1..22, got {p['level']!r}")
+        if p["codec"] not in self.CODECS:
+            raise InputError(f"compressor 'ours': codec must be one of {', '.join(self.CODECS)}; got {p['codec']!r}")
+        if p["codec"] == "blocks" and p["predictor"] not in ("auto", "lorenzo"):
+            raise InputError(f"compressor 'ours': the blocks codec predicts with lorenzo only, not {p['predictor']!r}")
         return p
 
     def _encode(self, x, p, eb):
+        codec = p["codec"] if p["codec"] != "auto" else ("blocks" if x.device.type == "cuda" else "planes")
+        if codec == "blocks":
+            level = 1 if p["level"] == "auto" else p["level"]
+            payload, meta = blocks_encode(x, eb, backend=p["backend"])
+            stages = ["quantize", "lorenzo", "zigzag", "bitpack32", f"zstd{level}"]
+            return pack_sections(entropy_encode(payload, level)), {"codec": "blocks", "predictor": "lorenzo",
+                                                                   "stages": stages, **meta}
         level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else 6)
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
-        return pack_sections(sections), {"predictor": used}
+        return pack_sections(sections), {"codec": "planes", "predictor": used}
 
     def _decode(self, c, device):
-        return lorenzo_decode(unpack_sections(c.payload), c.shape, getattr(torch, c.dtype), c.meta["eb"],
-                              c.meta["predictor"], device)
+        dtype = getattr(torch, c.dtype)
+        if c.meta.get("codec") == "blocks":
+            payload = entropy_decode(unpack_sections(c.payload))
+            return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
+        return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)
 
 
 # ----------------------------------------------------------------------------- SZ3

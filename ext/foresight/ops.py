@@ -28,7 +28,7 @@ from torchhpc.ext.core.hostsync import HostBudget
 
 #: Host work of the CUDA path per field (``count_host_work`` on CPU tensors, ``tests/test_gpu_budgets.py``).
 #: Encoding copies the residuals and the outliers to the host once each (3 ``cpu`` + 3 ``numpy`` + the
-#: outlier search); the device codec of the GPU issue brings this to one copy of the payload.
+#: outlier search); the block codec (``blocks.py``, the default on CUDA) copies the payload once.
 GPU_BUDGETS = {
     "lorenzo_encode": HostBudget("field", syncs=8, launches=12, why="residuals and outliers cross to the host"),
     "lorenzo_decode": HostBudget("field", syncs=0, launches=6, why="three prefix sums and the dequantisation"),

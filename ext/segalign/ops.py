@@ -33,7 +33,7 @@ from .seeds import seed_keys
 
 #: Host work of the CUDA filter per strand on the budget test's 4 kbp pair (``tests/test_gpu_budgets.py``):
 #: rounds are driven from Python, with boolean-mask indexing between the two kernel launches of a round.
-#: SegAlign's design (a persistent kernel that owns diagonals) is the GPU issue's target.
+#: SegAlign's design (a persistent kernel that owns diagonals) would remove the per-round host work.
 GPU_BUDGETS = {
     "filter": HostBudget("strand", syncs=36, launches=332, why="Python-driven rounds, boolean masks per round"),
 }

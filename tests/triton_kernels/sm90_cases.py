@@ -36,6 +36,30 @@ def foresight_cases():
         for dtype in (torch.float32, torch.float64):
             x = torch.randn(shape, generator=_g(1), dtype=dtype)
             yield f"foresight lorenzo {shape} {dtype}", lambda x=x: lorenzo_quantize_triton(x, 1e-3)
+    yield from foresight_block_cases()
+
+
+def foresight_block_cases():
+    """The block codec's three kernels on fields with dimensions of 1, a 16-multiple and odd sizes, through
+    the payload views they get in use (each region of the payload 16-byte aligned)."""
+    from torchhpc.ext.foresight.blocks import Layout
+    from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton, block_unpack_triton
+
+    for shape in [(1, 1, 37), (1, 6, 37), (16, 16, 16), (3, 1, 1), (5, 6, 37)]:
+        for dtype in (torch.float32, torch.float64):
+            x = torch.randn(shape, generator=_g(1), dtype=dtype)
+            nb = -(-x.numel() // 32)
+            lay = Layout(nb, 7 * nb, 3, x.element_size())
+            buf = torch.zeros(lay.starts[-1], dtype=torch.uint8)
+            wend = torch.arange(1, nb + 1) * 7
+            oend = torch.full((nb,), 3)
+            yield f"foresight blocks scan {shape} {dtype}", lambda x=x: block_scan_triton(x, 1e-3)
+            yield (f"foresight blocks pack {shape} {dtype}",
+                   lambda x=x, lay=lay, buf=buf, wend=wend, oend=oend:
+                   block_pack_triton(x, 1e-3, wend, oend, *lay.views(buf, x.dtype)))
+            yield (f"foresight blocks unpack {shape} {dtype}",
+                   lambda x=x, lay=lay, buf=buf, wend=wend:
+                   block_unpack_triton(lay.views(buf, x.dtype)[0], wend, lay.views(buf, x.dtype)[1], x.numel()))
 
 
 def segalign_cases():

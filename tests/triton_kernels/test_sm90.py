@@ -54,7 +54,8 @@ def test_every_launcher_compiles_for_sm90(report):
     names = {k["kernel"] for _, k in _kernels(report)}
     assert {"_lorenzo_quantize_kernel", "_xdrop_extend_kernel", "_bag_forward_kernel", "_bag_backward_rows_kernel",
             "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
-            "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel"} <= names
+            "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel",
+            "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel"} <= names
 
 
 def test_addresses_from_pointer_arguments_are_64_bit(report):
@@ -68,17 +69,20 @@ def test_addresses_from_pointer_arguments_are_64_bit(report):
 
 def test_sizes_that_change_per_call_compile_once(report):
     """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
-    direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight once per dtype over
-    shapes with dimensions of 1, 6, 16 and 37; ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
+    direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
+    over shapes with dimensions of 1, 3, 5, 6, 16 and 37 (the block codec's unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
     assert len(variants("segalign")) == 2  # DIRECTION = +1 and -1
-    assert len(variants("foresight")) == 2  # float32 and float64 input
+    assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
+    for kernel, count in (("scan", 2), ("pack", 2), ("unpack", 1)):  # the payload's kernel reads no field
+        assert len(variants(f"foresight blocks {kernel}")) == count
     for _, k in _kernels(report, "segalign"):
         assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
     for _, k in _kernels(report, "foresight"):
-        assert (k["signature"]["N0"], k["signature"]["N1"], k["signature"]["N2"]) == ("i32", "i32", "i32")
+        sizes = ("total", "NB") if k["kernel"] == "_block_unpack_kernel" else ("N0", "N1", "N2")
+        assert all(k["signature"][n] == "i32" for n in sizes)
     epilogue = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, "ccsdt epilogue")}
     assert len(epilogue) == 1  # o = 1, 3, 4 and v = 1, 5, 16: one compiled kernel
     backward = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report)
@@ -90,5 +94,5 @@ def test_fp64_scalars_reach_the_kernel_as_fp64(report):
     """foresight's 1 / (2 e) is read as fp64 in the kernel (as a Python float it was an fp32 argument, and
     the codes could differ from the torch twin's by one near a rounding boundary)."""
     sigs = [k["signature"] for _, k in _kernels(report, "foresight")]
-    assert sigs and all(s["inv2e_ptr"] == "*fp64" for s in sigs)
+    assert sigs and all(s.get("inv2e_ptr", s.get("eb_ptr")) == "*fp64" for s in sigs if "x_ptr" in s)
     assert all(ty != "fp32" for s in sigs for ty in s.values())

@@ -1,0 +1,84 @@
+"""The block codec through the compressor interface and the CLI: every bound held, one file format for
+both codecs, and a ratio within SZ3's reach on the NYX sample."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.foresight.compressors import Compressed, compress, decompress
+
+from .test_compressors import awkward_field, tolerance
+
+
+@pytest.mark.parametrize("mode,bound", [("abs", 0.05), ("abs", 1e-4), ("rel", 1e-3), ("pw_rel", 1e-2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_blocks_codec_holds_every_bound_without_the_guard(mode, bound, dtype):
+    """codec=blocks: within the bound on every element after a round trip through the file, with nothing
+    left for the guard to patch; the header says which stages ran."""
+    x = awkward_field(dtype)
+    if mode != "pw_rel":  # (pw_rel's log transform leaves NaN to the guard, for every compressor)
+        x[4, 4, 4] = float("nan")
+    c = compress(x, "ours", mode=mode, bound=bound, codec="blocks")
+    assert c.stats["patched"] == 0 and c.meta["codec"] == "blocks" and c.meta["stages"][-2:] == ["bitpack32", "zstd1"]
+    y = decompress(Compressed.from_bytes(c.to_bytes()))
+    assert y.shape == x.shape and y.dtype == x.dtype and bool(torch.isnan(y[4, 4, 4])) == (mode != "pw_rel")
+    err = (y.to(torch.float64) - x.to(torch.float64)).abs().nan_to_num(0.0)
+    assert bool((err <= tolerance(x.nan_to_num(0.0), mode, bound)).all()), float(err.max())
+
+
+def test_both_codecs_decode_to_the_same_values():
+    """The two codecs share the quantisation: a field decodes to the same values from either; a file written
+    before the codec choice existed (no codec in its header) decodes as planes."""
+    x = awkward_field(torch.float32)
+    planes = compress(x, "ours", mode="abs", bound=1e-3, predictor="lorenzo")
+    blocks = compress(x, "ours", mode="abs", bound=1e-3, codec="blocks")
+    assert planes.meta["codec"] == "planes"  # auto on the CPU
+    assert torch.equal(decompress(planes), decompress(blocks))
+    old = Compressed(planes.compressor, {k: v for k, v in planes.params.items() if k != "codec"}, planes.shape,
+                     planes.dtype, planes.payload, {k: v for k, v in planes.meta.items() if k != "codec"})
+    assert torch.equal(decompress(Compressed.from_bytes(old.to_bytes())), decompress(planes))
+
+
+def test_blocks_codec_ratio_is_within_sz3s_reach_on_nyx(shared_data):
+    """On the six NYX fields at E = 1e-3 and 1e-4 of each field's range: bytes in / bytes out at least SZ3's / 1.3."""
+    from torchhpc.ext.foresight.data import load_hdf5
+
+    fields = load_hdf5(shared_data / "foresight" / "testing" / "z255_32.h5")
+    for rel in (1e-3, 1e-4):
+        size = {"ours": 0, "sz3": 0}
+        for x in fields.values():
+            eb = rel * float(x.max() - x.min())
+            size["ours"] += compress(x, "ours", mode="abs", bound=eb, codec="blocks", verify=False).stats["nbytes_out"]
+            size["sz3"] += compress(x, "sz3", mode="abs", bound=eb, verify=False).stats["nbytes_out"]
+        assert size["ours"] <= 1.3 * size["sz3"], (rel, size)
+
+
+def test_blocks_codec_bad_parameters_are_one_error():
+    x = awkward_field()
+    with pytest.raises(InputError, match="codec must be one of auto, planes, blocks"):
+        compress(x, "ours", mode="abs", bound=0.1, codec="cuszp")
+    with pytest.raises(InputError, match="lorenzo only"):
+        compress(x, "ours", mode="abs", bound=0.1, codec="blocks", predictor="interp")
+
+
+def test_cli_compresses_with_the_block_codec(tmp_path, capsys):
+    """``foresight compress --param codec=blocks`` writes a block file; ``decompress`` restores it within the bound."""
+    from torchhpc.trainers import foresight
+
+    x = np.cumsum(np.random.default_rng(0).normal(size=(10, 12, 14)), axis=0).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "x.fsz"), "--bound", "0.01",
+                           "--param", "codec=blocks", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["max_abs_error"] <= 0.01 and rep["ratio"] > 1
+    from torchhpc.ext.foresight.compressors import load_compressed
+
+    assert load_compressed(tmp_path / "x.fsz").meta["codec"] == "blocks"
+    assert foresight.main(["decompress", str(tmp_path / "x.fsz"), str(tmp_path / "y.npy"), "--json"]) == 0
+    capsys.readouterr()
+    assert np.abs(np.load(tmp_path / "y.npy") - x).max() <= 0.01
