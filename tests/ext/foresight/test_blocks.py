@@ -82,3 +82,27 @@ def test_cli_compresses_with_the_block_codec(tmp_path, capsys):
     assert foresight.main(["decompress", str(tmp_path / "x.fsz"), str(tmp_path / "y.npy"), "--json"]) == 0
     capsys.readouterr()
     assert np.abs(np.load(tmp_path / "y.npy") - x).max() <= 0.01
+
+
+@pytest.mark.parametrize("codec", ["planes", "blocks"])
+def test_ours_checks_its_bound_while_encoding_not_after(monkeypatch, codec):
+    """abs and rel: ours keeps off-bound values while it encodes, so compress does not decode again (the
+    guard would double the work); pw_rel goes through log2 and keeps the guard."""
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    x = awkward_field(torch.float32)
+    x[1, 1, 1] = float("inf")
+    reference = compress(x, "ours", mode="rel", bound=1e-3, codec=codec)
+
+    def no_decoding(self, c, device):
+        raise AssertionError("compress decoded its own result")
+
+    monkeypatch.setattr(OursCompressor, "_decode", no_decoding)
+    c = compress(x, "ours", mode="rel", bound=1e-3, codec=codec)
+    assert c.payload == reference.payload and c.stats["patched"] == 0
+    with pytest.raises(AssertionError, match="decoded its own result"):
+        compress(x, "ours", mode="pw_rel", bound=1e-3, codec=codec)
+    monkeypatch.undo()
+    y = decompress(c)
+    assert bool(torch.isinf(y[1, 1, 1])) and float((y - x).abs().nan_to_num(0.0).max()) <= 1e-3 * float(
+        x[torch.isfinite(x)].max() - x[torch.isfinite(x)].min())
