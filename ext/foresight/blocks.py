@@ -110,6 +110,8 @@ def blocks_encode(x: torch.Tensor, eb: float, backend: str = "auto") -> tuple[by
     """
     if not eb > 0 or not math.isfinite(eb):
         raise InputError(f"error bound must be a finite number > 0, got {eb}")
+    if x.numel() == 0:
+        raise InputError(f"the field is empty (shape {tuple(x.shape)})")
     vol = x.reshape(as_volume(tuple(x.shape))).contiguous()
     n = vol.numel()
     nb = _blocks(n)

@@ -120,3 +120,5 @@ def test_block_codec_refuses_a_corrupt_payload():
         blocks_decode(bytes(far), meta, (4, 5, 6), torch.float32, 0.01)
     with pytest.raises(InputError, match="sizes are missing"):
         blocks_decode(payload, {}, (4, 5, 6), torch.float32, 0.01)
+    with pytest.raises(InputError, match="empty"):
+        blocks_encode(torch.zeros(0, 3), 0.01)
