@@ -32,22 +32,29 @@ def test_foresight_codec_per_field():
     assert all(float((y - x).abs().max()) <= 1e-2 * (1 + 1e-9) for x, y in zip(fields, decoded, strict=True))
 
 
-def test_foresight_block_codec_per_field():
+@pytest.mark.parametrize("predictor", ["lorenzo", "interp"])
+def test_foresight_block_codec_per_field(predictor):
     """The block codec on the Triton path: the payload's size and the payload cross to the host once per field
-    (two syncs), whatever the field's size; decoding asks nothing of the host; outliers cost no sync."""
+    (two syncs), whatever the field's size and its outliers; decoding asks nothing of the host; the
+    interpolation costs a bounded number of launches per step."""
     from torchhpc.ext.foresight.blocks import GPU_BUDGETS, blocks_decode, blocks_encode
+    from torchhpc.ext.foresight.ops import _interp_plan
 
     fields = [torch.randn(n, 9, 10, generator=torch.Generator().manual_seed(n)).cumsum(2) for n in (1, 8, 40)]
     fields[1][3, 4, 5] = float("nan")  # one outlier
+    steps = sum(len(_interp_plan(tuple(x.shape))[1]) for x in fields)
+    units = len(fields) if predictor == "lorenzo" else steps
+    suffix = "" if predictor == "lorenzo" else "_interp"
     with count_host_work() as enc:
-        encoded = [blocks_encode(x, 1e-2, backend="triton") for x in fields]
-    GPU_BUDGETS["blocks_encode"].check(enc, len(fields), "foresight block encode")
+        encoded = [blocks_encode(x, 1e-2, backend="triton", predictor=predictor) for x in fields]
+    GPU_BUDGETS["blocks_encode" + suffix].check(enc, units, "foresight block encode", calls=len(fields))
     assert enc.launch_ops["triton:_block_scan_kernel"] == enc.launch_ops["triton:_block_pack_kernel"] == len(fields)
-    assert encoded[1][1]["outliers"] == 1
+    assert enc.syncs == 2 * len(fields) and encoded[1][1]["values"] == 1
     with count_host_work() as dec:
         decoded = [blocks_decode(p, m, tuple(x.shape), x.dtype, 1e-2, "cpu", backend="triton")
                    for x, (p, m) in zip(fields, encoded, strict=True)]
-    GPU_BUDGETS["blocks_decode"].check(dec, len(fields), "foresight block decode")
+    GPU_BUDGETS["blocks_decode" + suffix].check(dec, units, "foresight block decode", calls=len(fields))
+    assert dec.syncs == 0
     for x, y in zip(fields, decoded, strict=True):
         assert bool(((y - x).abs() <= 1e-2).logical_or(torch.isnan(x) & torch.isnan(y)).all())
 

@@ -133,68 +133,97 @@ CODE_LIMIT = 2**31
 
 
 @triton.jit
-def _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT: tl.constexpr, CODE_LIMIT: tl.constexpr):
-    """For the ``(ROWS, 32)`` values of blocks ``rows``: flat offsets, lanes, ``x``, the residual ``d``,
-    the outlier flag and the zigzag code ``u`` (0 for an outlier and past the end)."""
-    inv2e = tl.load(eb_ptr)
-    twoe = tl.load(eb_ptr + 1)
-    e = tl.load(eb_ptr + 2)
+def _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT: tl.constexpr,
+                 CODE_LIMIT: tl.constexpr, FUSED: tl.constexpr):
+    """For the ``(ROWS, 32)`` values of blocks ``rows``: flat offsets, lanes, ``x``, the residual ``r``, its
+    overflow flag (``|r| >= 2^31``), the value-outlier flag and the zigzag code ``u`` (0 where ``r``
+    overflows and past the end).  ``FUSED``: quantise and Lorenzo-predict ``x`` here; otherwise read the
+    residuals (any predictor's, in its order) and the value-outlier flags the caller computed."""
     lanes = tl.arange(0, 32).to(tl.int64)
     offs = rows[:, None] * 32 + lanes[None, :]
     mask = offs < N0.to(tl.int64) * N1 * N2
-    q, d = _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT)
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
-    # the value the decoder will produce, in the input's dtype; off the bound (NaN included): an outlier
-    recon = (q.to(tl.float64) * twoe).to(x.dtype).to(tl.float64)
-    near = tl.abs(recon - x.to(tl.float64)) <= e
-    flag = mask & ((near == 0) | (d >= CODE_LIMIT) | (d < -CODE_LIMIT))
-    u = tl.where(flag | (mask == 0), 0, (d << 1) ^ (d >> 63))
-    return offs, lanes, x, d, flag, u
+    if FUSED:
+        inv2e = tl.load(eb_ptr)
+        twoe = tl.load(eb_ptr + 1)
+        e = tl.load(eb_ptr + 2)
+        q, r = _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT)
+        # the value the decoder will produce, in the input's dtype; off the bound (NaN included): an outlier
+        recon = (q.to(tl.float64) * twoe).to(x.dtype).to(tl.float64)
+        vflag = mask & ((tl.abs(recon - x.to(tl.float64)) <= e) == 0)
+    else:
+        r = tl.load(r_ptr + offs, mask=mask, other=0)
+        vflag = mask & (tl.load(vflag_ptr + offs, mask=mask, other=0) != 0)
+    over = mask & ((r >= CODE_LIMIT) | (r < -CODE_LIMIT))
+    u = tl.where(over | (mask == 0), 0, (r << 1) ^ (r >> 63))
+    return offs, lanes, x, r, over, vflag, u
 
 
 @triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
 def _block_scan_kernel(
     x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
+    r_ptr,  # (N,) int64 residuals (not FUSED; else unused)
+    vflag_ptr,  # (N,) uint8 value-outlier flags (not FUSED; else unused)
     eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
     width_ptr,  # (NB,) int32 out: bits of the block's widest code (0..32)
-    nout_ptr,  # (NB,) int32 out: outliers in the block
+    nres_ptr,  # (NB,) int32 out: residuals of the block too wide for 32 bits
+    nval_ptr,  # (NB,) int32 out: value outliers in the block
     N0, N1, N2, NB,
     LIMIT: tl.constexpr,
     CODE_LIMIT: tl.constexpr,
+    FUSED: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    # pass 1 of encoding: per block, its width and its outlier count (reads x, writes 8 bytes per 32 values)
+    # pass 1 of encoding: per block, its width and its outlier counts (reads x, writes 12 bytes per 32 values)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
-    offs, lanes, x, d, flag, u = _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT, CODE_LIMIT)
+    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT,
+                                                     CODE_LIMIT, FUSED)
     top = tl.max(u, axis=1)
     width = tl.zeros([ROWS], dtype=tl.int32)
     for p in tl.static_range(32):
         width += ((top >> p) > 0).to(tl.int32)
     rmask = rows < NB
     tl.store(width_ptr + rows, width, mask=rmask)
-    tl.store(nout_ptr + rows, tl.sum(flag.to(tl.int32), axis=1), mask=rmask)
+    tl.store(nres_ptr + rows, tl.sum(over.to(tl.int32), axis=1), mask=rmask)
+    tl.store(nval_ptr + rows, tl.sum(vflag.to(tl.int32), axis=1), mask=rmask)
+
+
+@triton.jit
+def _scatter_flagged(flag, end_ptr, rows, rmask, idx_ptr, val_ptr, offs, values):
+    # each block's flagged entries go to its slice of the list (from the inclusive prefix sum), in lane order
+    start = tl.load(end_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
+    fl = flag.to(tl.int64)
+    pos = start[:, None] + tl.cumsum(fl, axis=1) - fl
+    tl.store(idx_ptr + pos, offs, mask=flag)
+    tl.store(val_ptr + pos, values, mask=flag)
 
 
 @triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
 def _block_pack_kernel(
     x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
+    r_ptr,  # (N,) int64 residuals (not FUSED)
+    vflag_ptr,  # (N,) uint8 value-outlier flags (not FUSED)
     eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
     wend_ptr,  # (NB,) int64: inclusive prefix sum of the widths (words up to the end of each block)
-    oend_ptr,  # (NB,) int64: inclusive prefix sum of the outlier counts
+    rend_ptr,  # (NB,) int64: inclusive prefix sum of the wide-residual counts
+    vend_ptr,  # (NB,) int64: inclusive prefix sum of the value-outlier counts
     wbyte_ptr,  # (NB,) uint8 out: the widths, in the payload
     words_ptr,  # (sum of widths,) int32 out: the bit planes, in the payload
-    oidx_ptr,  # (outliers,) int64 out: flat index of each outlier
-    od_ptr,  # (outliers,) int64 out: its Lorenzo residual
-    ox_ptr,  # (outliers,) x's dtype out: its exact value
+    ridx_ptr,  # int64 out: position of each wide residual
+    rval_ptr,  # int64 out: its value
+    vidx_ptr,  # int64 out: flat index of each value outlier
+    vval_ptr,  # x's dtype out: its exact value
     N0, N1, N2, NB,
     LIMIT: tl.constexpr,
     CODE_LIMIT: tl.constexpr,
+    FUSED: tl.constexpr,
     ROWS: tl.constexpr,
 ):
     # pass 2: recompute the codes (cheaper than a round trip of 4 bytes per value) and scatter-pack them
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
     rmask = rows < NB
-    offs, lanes, x, d, flag, u = _block_codes(x_ptr, eb_ptr, rows, N0, N1, N2, LIMIT, CODE_LIMIT)
+    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT,
+                                                     CODE_LIMIT, FUSED)
     wend = tl.load(wend_ptr + rows, mask=rmask, other=0)
     wstart = tl.load(wend_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
     width = wend - wstart
@@ -202,13 +231,8 @@ def _block_pack_kernel(
     for p in tl.static_range(32):
         word = tl.sum(((u >> p) & 1) << lanes[None, :], axis=1)
         tl.store(words_ptr + wstart + p, word.to(tl.int32), mask=rmask & (width > p))
-    # outliers: each block's go to its slice of the list, in lane order
-    ostart = tl.load(oend_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
-    fl = flag.to(tl.int64)
-    pos = ostart[:, None] + tl.cumsum(fl, axis=1) - fl
-    tl.store(oidx_ptr + pos, offs, mask=flag)
-    tl.store(od_ptr + pos, d, mask=flag)
-    tl.store(ox_ptr + pos, x, mask=flag)
+    _scatter_flagged(over, rend_ptr, rows, rmask, ridx_ptr, rval_ptr, offs, r)
+    _scatter_flagged(vflag, vend_ptr, rows, rmask, vidx_ptr, vval_ptr, offs, x)
 
 
 @triton.jit(do_not_specialize=["total", "NB"])
@@ -216,7 +240,7 @@ def _block_unpack_kernel(
     wbyte_ptr,  # (NB,) uint8: the widths
     wend_ptr,  # (NB,) int64: inclusive prefix sum of the widths
     words_ptr,  # (sum of widths,) int32: the bit planes
-    d_ptr,  # (total,) int64 out: the Lorenzo residuals (outliers' are 0: the caller scatters them)
+    r_ptr,  # (total,) int64 out: the residuals (wide ones are 0: the caller scatters them)
     total, NB,
     ROWS: tl.constexpr,
 ):
@@ -231,42 +255,60 @@ def _block_unpack_kernel(
         word = tl.load(words_ptr + wstart + p, mask=rmask & (width > p), other=0).to(tl.uint32).to(tl.int64)
         u |= ((word[:, None] >> lanes[None, :]) & 1) << p
     offs = rows[:, None] * 32 + lanes[None, :]
-    tl.store(d_ptr + offs, (u >> 1) ^ -(u & 1), mask=offs < total)
+    tl.store(r_ptr + offs, (u >> 1) ^ -(u & 1), mask=offs < total)
 
 
 def _eb_tensor(eb: float, device) -> torch.Tensor:
     return torch.tensor([1.0 / (2.0 * eb), 2.0 * eb, eb], dtype=torch.float64, device=device)
 
 
-def block_scan_triton(x: torch.Tensor, eb: float, rows: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pass 1 of the block codec: ``(width, nout)`` per block of 32 values of the 3D float ``x``, int32."""
+def _residual_args(x: torch.Tensor, r: torch.Tensor | None, vflag: torch.Tensor | None) -> tuple:
+    """``(r, vflag, FUSED)`` kernel arguments: the caller's residuals and flags, or ``x`` twice (unused) when
+    the kernel predicts itself."""
+    if r is None:
+        return x, x, True
+    if r.shape != (x.numel(),) or vflag is None or vflag.shape != r.shape:
+        raise ValueError("residuals and value-outlier flags must be flat, one per value of x")
+    return r, vflag.view(torch.uint8), False
+
+
+def block_scan_triton(x: torch.Tensor, eb: float, r: torch.Tensor | None = None, vflag: torch.Tensor | None = None,
+                      rows: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Pass 1 of the block codec: ``(width, wide residuals, value outliers)`` per block of 32 values, int32.
+
+    Without ``r``: the kernel quantises the 3D float ``x`` and Lorenzo-predicts (fused).  With ``r`` (flat
+    int64 residuals of another predictor) and ``vflag`` (flat bool: values to keep exactly): it packs those.
+    """
     _check_volume(x, eb)
     nb = triton.cdiv(x.numel(), PACK)
-    width = torch.empty(nb, dtype=torch.int32, device=x.device)
-    nout = torch.empty(nb, dtype=torch.int32, device=x.device)
-    _block_scan_kernel[(triton.cdiv(nb, rows),)](x, _eb_tensor(eb, x.device), width, nout, *x.shape, nb,
-                                                 LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, ROWS=rows)
-    return width, nout
+    counts = torch.empty(3, nb, dtype=torch.int32, device=x.device)
+    rr, vf, fused = _residual_args(x, r, vflag)
+    _block_scan_kernel[(triton.cdiv(nb, rows),)](x, rr, vf, _eb_tensor(eb, x.device), counts[0], counts[1], counts[2],
+                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused,
+                                                 ROWS=rows)
+    return counts[0], counts[1], counts[2]
 
 
-def block_pack_triton(x: torch.Tensor, eb: float, wend: torch.Tensor, oend: torch.Tensor, wbyte: torch.Tensor,
-                      words: torch.Tensor, oidx: torch.Tensor, od: torch.Tensor, ox: torch.Tensor,
-                      rows: int = 32) -> None:
-    """Pass 2: write the widths (uint8), the bit planes (int32) and the outliers (index, residual, value)
-    into the given views, from the inclusive prefix sums ``wend``/``oend`` of pass 1's counts."""
+def block_pack_triton(x: torch.Tensor, eb: float, ends: torch.Tensor, views: tuple[torch.Tensor, ...],
+                      r: torch.Tensor | None = None, vflag: torch.Tensor | None = None, rows: int = 32) -> None:
+    """Pass 2: from ``ends`` (``(3, blocks)`` inclusive prefix sums of pass 1's counts), write the widths
+    (uint8), the bit planes (int32), the wide residuals (position, value) and the value outliers (index,
+    value) into ``views`` (the payload's six regions, :class:`torchhpc.ext.foresight.blocks.Layout`)."""
     _check_volume(x, eb)
-    nb = wend.numel()
-    _block_pack_kernel[(triton.cdiv(nb, rows),)](x, _eb_tensor(eb, x.device), wend, oend, wbyte, words, oidx, od, ox,
-                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, ROWS=rows)
+    nb = ends.shape[1]
+    rr, vf, fused = _residual_args(x, r, vflag)
+    _block_pack_kernel[(triton.cdiv(nb, rows),)](x, rr, vf, _eb_tensor(eb, x.device), ends[0], ends[1], ends[2], *views,
+                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused,
+                                                 ROWS=rows)
 
 
 def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Tensor, total: int,
                         rows: int = 32) -> torch.Tensor:
     """Decoding: the ``total`` int64 residuals from the widths, their inclusive prefix sum and the planes."""
     nb = wbyte.numel()
-    d = torch.empty(total, dtype=torch.int64, device=wbyte.device)
-    _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, d, total, nb, ROWS=rows)
-    return d
+    r = torch.empty(total, dtype=torch.int64, device=wbyte.device)
+    _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, r, total, nb, ROWS=rows)
+    return r
 
 
 def _check_volume(x: torch.Tensor, eb: float) -> None:
@@ -276,17 +318,19 @@ def _check_volume(x: torch.Tensor, eb: float) -> None:
         raise ValueError(f"error bound must be > 0, got {eb}")
 
 
-def block_codes_torch(x: torch.Tensor, eb: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The torch twin of the kernels' shared step: flat ``(d, flag, u)`` for the 3D float ``x``, ``u``
-    (int64 zigzag codes, 0 for outliers) padded with zeros to whole blocks, shaped ``(blocks, 32)``."""
-    _check_volume(x, eb)
-    q, d = lorenzo_quantize_torch(x, eb)
-    d = d.reshape(-1)
+def value_outliers_torch(x: torch.Tensor, q: torch.Tensor, eb: float) -> torch.Tensor:
+    """Flat bool: where the decoder's value ``2 e q`` (in ``x``'s dtype) is off the bound (NaN included)."""
     recon = q.reshape(-1).to(torch.float64).mul_(2.0 * eb).to(x.dtype).to(torch.float64)
-    flag = ~(recon.sub_(x.reshape(-1)).abs_() <= eb) | (d >= CODE_LIMIT) | (d < -CODE_LIMIT)
-    u = torch.where(flag, 0, (d << 1) ^ (d >> 63))
+    return ~(recon.sub_(x.reshape(-1)).abs_() <= eb)
+
+
+def block_codes_torch(r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The torch twin of the kernels' code step: ``(over, u)`` for flat int64 residuals ``r``: the overflow
+    flags and the zigzag codes (0 where ``r`` overflows), padded with zeros to whole blocks, ``(blocks, 32)``."""
+    over = (r >= CODE_LIMIT) | (r < -CODE_LIMIT)
+    u = torch.where(over, 0, (r << 1) ^ (r >> 63))
     u = torch.nn.functional.pad(u, (0, (-u.numel()) % PACK))
-    return d, flag, u.reshape(-1, PACK)
+    return over, u.reshape(-1, PACK)
 
 
 def pack_planes(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -347,4 +391,4 @@ def lorenzo_quantize_torch(x: torch.Tensor, eb: float) -> tuple[torch.Tensor, to
 
 __all__ = ["CODE_LIMIT", "PACK", "QUANT_LIMIT", "block_codes_torch", "block_pack_triton", "block_scan_triton",
            "block_unpack_triton", "lorenzo_quantize_torch", "lorenzo_quantize_triton", "pack_planes", "quantize_torch",
-           "unpack_planes"]
+           "unpack_planes", "value_outliers_torch"]

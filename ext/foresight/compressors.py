@@ -280,9 +280,8 @@ def _dtype(c: Compressed) -> np.dtype:
 class OursCompressor(Compressor):
     """Our compressor: dual-quantised prediction and one of two codecs (see :mod:`.ops`, :mod:`.blocks`).
 
-    ``codec``: ``planes`` (the residuals' byte planes, zstd; Lorenzo or interpolation prediction),
-    ``blocks`` (Lorenzo codes bit-packed in blocks of 32 where the data is, then zstd frames on every
-    host core) or ``auto`` (``blocks`` for a tensor on CUDA, ``planes`` elsewhere: each is the faster on
+    ``codec``: ``planes`` (the residuals' byte planes, zstd), ``blocks`` (the residuals bit-packed in
+    blocks of 32 where the data is, then zstd frames on every host core) or ``auto`` (``blocks`` for a tensor on CUDA, ``planes`` elsewhere: each is the faster on
     its device).  Either decodes on either device.
     """
 
@@ -291,6 +290,9 @@ class OursCompressor(Compressor):
     self_bounded = True  # both codecs compare the decoder's value with the input while encoding
     PARAMS = {"predictor": "auto", "level": "auto", "backend": "auto", "codec": "auto"}
     CODECS = ("auto", "planes", "blocks")
+    BLOCKS_AUTO = "interp"
+    """The block codec's predictor for ``predictor: auto``: linear interpolation packed smaller than Lorenzo
+    on every field set of the benchmark (``docs/foresight/results.md``), with no sampling pass."""
     SMALL = 1 << 20
     """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size) and 6 above;
     the block codec's frames use level 1 (the packing has done most of the work)."""
@@ -304,18 +306,16 @@ class OursCompressor(Compressor):
             raise InputError(f"compressor 'ours': level must be auto or an integer in 1..22, got {p['level']!r}")
         if p["codec"] not in self.CODECS:
             raise InputError(f"compressor 'ours': codec must be one of {', '.join(self.CODECS)}; got {p['codec']!r}")
-        if p["codec"] == "blocks" and p["predictor"] not in ("auto", "lorenzo"):
-            raise InputError(f"compressor 'ours': the blocks codec predicts with lorenzo only, not {p['predictor']!r}")
         return p
 
     def _encode(self, x, p, eb):
         codec = p["codec"] if p["codec"] != "auto" else ("blocks" if x.device.type == "cuda" else "planes")
         if codec == "blocks":
             level = 1 if p["level"] == "auto" else p["level"]
-            payload, meta = blocks_encode(x, eb, backend=p["backend"])
-            stages = ["quantize", "lorenzo", "zigzag", "bitpack32", f"zstd{level}"]
-            return pack_sections(entropy_encode(payload, level)), {"codec": "blocks", "predictor": "lorenzo",
-                                                                   "stages": stages, **meta}
+            predictor = self.BLOCKS_AUTO if p["predictor"] == "auto" else p["predictor"]
+            payload, meta = blocks_encode(x, eb, backend=p["backend"], predictor=predictor)
+            stages = ["quantize", predictor, "zigzag", "bitpack32", f"zstd{level}"]
+            return pack_sections(entropy_encode(payload, level)), {"codec": "blocks", "stages": stages, **meta}
         level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else 6)
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
         return pack_sections(sections), {"codec": "planes", "predictor": used}

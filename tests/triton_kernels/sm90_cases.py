@@ -41,7 +41,8 @@ def foresight_cases():
 
 def foresight_block_cases():
     """The block codec's three kernels on fields with dimensions of 1, a 16-multiple and odd sizes, through
-    the payload views they get in use (each region of the payload 16-byte aligned)."""
+    the payload views they get in use (each region of the payload 16-byte aligned); scan and pack both
+    fused (Lorenzo) and packing given residuals (interpolation)."""
     from torchhpc.ext.foresight.blocks import Layout
     from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton, block_unpack_triton
 
@@ -49,17 +50,22 @@ def foresight_block_cases():
         for dtype in (torch.float32, torch.float64):
             x = torch.randn(shape, generator=_g(1), dtype=dtype)
             nb = -(-x.numel() // 32)
-            lay = Layout(nb, 7 * nb, 3, x.element_size())
+            lay = Layout(nb, 7 * nb, 2, 3, x.element_size())
             buf = torch.zeros(lay.starts[-1], dtype=torch.uint8)
-            wend = torch.arange(1, nb + 1) * 7
-            oend = torch.full((nb,), 3)
-            yield f"foresight blocks scan {shape} {dtype}", lambda x=x: block_scan_triton(x, 1e-3)
-            yield (f"foresight blocks pack {shape} {dtype}",
-                   lambda x=x, lay=lay, buf=buf, wend=wend, oend=oend:
-                   block_pack_triton(x, 1e-3, wend, oend, *lay.views(buf, x.dtype)))
+            ends = torch.stack([torch.arange(1, nb + 1) * 7, torch.full((nb,), 2), torch.full((nb,), 3)])
+            r = torch.zeros(x.numel(), dtype=torch.int64)
+            vflag = torch.zeros(x.numel(), dtype=torch.bool)
+            for fused in (True, False):
+                given = (None, None) if fused else (r, vflag)
+                tag = "fused" if fused else "given"
+                yield (f"foresight blocks scan {tag} {shape} {dtype}",
+                       lambda x=x, given=given: block_scan_triton(x, 1e-3, *given))
+                yield (f"foresight blocks pack {tag} {shape} {dtype}",
+                       lambda x=x, lay=lay, buf=buf, ends=ends, given=given:
+                       block_pack_triton(x, 1e-3, ends, lay.views(buf, x.dtype), *given))
             yield (f"foresight blocks unpack {shape} {dtype}",
-                   lambda x=x, lay=lay, buf=buf, wend=wend:
-                   block_unpack_triton(lay.views(buf, x.dtype)[0], wend, lay.views(buf, x.dtype)[1], x.numel()))
+                   lambda x=x, lay=lay, buf=buf, ends=ends:
+                   block_unpack_triton(lay.views(buf, x.dtype)[0], ends[0], lay.views(buf, x.dtype)[1], x.numel()))
 
 
 def segalign_cases():

@@ -55,42 +55,46 @@ def _field(shape, dtype, seed=0):
 
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 1, 37), (3, 1, 1), (5, 6, 37), (2, 17, 3), (1, 64, 2)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_block_kernels_write_the_numpy_twins_payload_byte_for_byte(kernel_device, shape, dtype):
-    """The scan and pack kernels give the bytes the CPU's NumPy packing gives, and the unpack kernel and the
-    NumPy unpacking decode either payload to the same values, every one within the bound."""
+@pytest.mark.parametrize("predictor", ["lorenzo", "interp", "cubic"])
+def test_block_kernels_write_the_numpy_twins_payload_byte_for_byte(kernel_device, shape, dtype, predictor):
+    """The scan and pack kernels (Lorenzo fused, or packing the interpolation's residuals) give the bytes the
+    CPU's NumPy packing gives, and the unpack kernel and the NumPy unpacking decode either payload to the
+    same values: the Lorenzo codes' 2 e round(x / 2 e), every one within the bound."""
     from torchhpc.ext.foresight.blocks import blocks_decode, blocks_encode
 
     x = _field(shape, dtype)
     eb = 0.037
-    on_kernel, meta_k = blocks_encode(x.to(kernel_device), eb, backend="triton")
-    on_cpu, meta_c = blocks_encode(x, eb, backend="torch")
+    on_kernel, meta_k = blocks_encode(x.to(kernel_device), eb, backend="triton", predictor=predictor)
+    on_cpu, meta_c = blocks_encode(x, eb, backend="torch", predictor=predictor)
     assert on_kernel == on_cpu and meta_k == meta_c
-    assert meta_c["blocks"] == -(-x.numel() // 32) and meta_c["outliers"] == 0
+    assert meta_c["blocks"] == -(-x.numel() // 32) and meta_c["wide"] == meta_c["values"] == 0
     y_k = blocks_decode(on_cpu, meta_c, shape, dtype, eb, kernel_device, backend="triton").cpu()
     y_c = blocks_decode(on_kernel, meta_k, shape, dtype, eb, "cpu", backend="torch")
     assert torch.equal(y_k, y_c) and y_c.dtype == dtype and tuple(y_c.shape) == shape
-    # the same values the Lorenzo codes give: 2 e round(x / 2 e), cast to the input's dtype
     q, _ = lorenzo_quantize_torch(x.reshape(-1, 1, 1) if len(shape) == 1 else x, eb)
     assert torch.equal(y_c, (q.double() * (2 * eb)).to(dtype).reshape(shape))
     assert float((y_c.double() - x.double()).abs().max()) <= eb
 
 
-def test_block_codec_keeps_outliers_and_the_widest_codes(kernel_device):
-    """A residual of -2^31 is the widest code (a block of width 32, not an outlier); +2^31 is an outlier; NaN,
-    inf and |x / 2e| >= 2^40 are outliers kept exactly; kernel and twin agree on every byte."""
+@pytest.mark.parametrize("predictor", ["lorenzo", "interp"])
+def test_block_codec_keeps_outliers_and_the_widest_codes(kernel_device, predictor):
+    """A residual of -2^31 is the widest code (a block of width 32, not an outlier); +2^31 is kept in the
+    wide list; NaN, inf and |x / 2e| >= 2^40 are kept exactly in the value list; kernel and twin agree on
+    every byte."""
     from torchhpc.ext.foresight.blocks import Layout, blocks_decode, blocks_encode
 
     x = torch.zeros(1, 1, 70, dtype=torch.float64)
-    x[0, 0, 1] = -(2.0**31)  # 2e = 1: q = x, residuals 0, -2^31 (code 2^32 - 1), +2^31 (too wide)
+    x[0, 0, 1] = -(2.0**31)  # 2e = 1: q = x; Lorenzo residuals 0, -2^31 (code 2^32 - 1), +2^31 (too wide)
     x[0, 0, 40:43] = torch.tensor([float("nan"), float("inf"), 3e12])
     eb = 0.5
-    payload, meta = blocks_encode(x.to(kernel_device), eb, backend="triton")
-    assert payload == blocks_encode(x, eb, backend="torch")[0]
-    assert meta["outliers"] == 4
-    lay = Layout(meta["blocks"], meta["words"], meta["outliers"], 8)
-    widths, _, index, residual, value = lay.views(torch.frombuffer(bytearray(payload), dtype=torch.uint8), x.dtype)
-    assert widths.tolist() == [32, 0, 0] and index.tolist() == [2, 40, 41, 42] and residual[0] == 2**31
-    assert value[0] == 0 and bool(torch.isnan(value[1])) and torch.equal(value[2:], x[0, 0, 41:43])
+    payload, meta = blocks_encode(x.to(kernel_device), eb, backend="triton", predictor=predictor)
+    assert payload == blocks_encode(x, eb, backend="torch", predictor=predictor)[0]
+    lay = Layout.of(meta, 8)
+    widths, _, wide_at, wide, value_at, value = lay.views(torch.frombuffer(bytearray(payload), dtype=torch.uint8),
+                                                          x.dtype)
+    assert value_at.tolist() == [40, 41, 42] and bool(torch.isnan(value[0])) and torch.equal(value[1:], x[0, 0, 41:43])
+    if predictor == "lorenzo":
+        assert widths.tolist() == [32, 0, 0] and wide_at.tolist() == [2] and wide.tolist() == [2**31]
     for backend in ("triton", "torch"):
         y = blocks_decode(payload, meta, tuple(x.shape), x.dtype, eb, kernel_device if backend == "triton" else "cpu",
                           backend=backend).cpu()
@@ -98,9 +102,9 @@ def test_block_codec_keeps_outliers_and_the_widest_codes(kernel_device):
 
 
 def test_block_codec_refuses_a_corrupt_payload():
-    """Wrong length, a width above 32 and an outlier index outside the field: an InputError each."""
+    """Wrong length, a width above 32, an outlier position outside the field, a missing size: an InputError each."""
     from torchhpc.ext.core.errors import InputError
-    from torchhpc.ext.foresight.blocks import blocks_decode, blocks_encode
+    from torchhpc.ext.foresight.blocks import Layout, blocks_decode, blocks_encode
 
     x = _field((4, 5, 6), torch.float32)
     x[1, 2, 3] = float("inf")
@@ -111,14 +115,16 @@ def test_block_codec_refuses_a_corrupt_payload():
     wide[0] = 33
     with pytest.raises(InputError, match="out of range"):
         blocks_decode(bytes(wide), meta, (4, 5, 6), torch.float32, 0.01)
-    from torchhpc.ext.foresight.blocks import Layout
-
-    start = Layout(meta["blocks"], meta["words"], meta["outliers"], 4).starts[2]
+    start = Layout.of(meta, 4).starts[4]
     far = bytearray(payload)
     far[start:start + 8] = (10**6).to_bytes(8, "little")
     with pytest.raises(InputError, match="out of range"):
         blocks_decode(bytes(far), meta, (4, 5, 6), torch.float32, 0.01)
     with pytest.raises(InputError, match="sizes are missing"):
         blocks_decode(payload, {}, (4, 5, 6), torch.float32, 0.01)
+    with pytest.raises(InputError, match="unknown predictor"):
+        blocks_decode(payload, {**meta, "predictor": "spline"}, (4, 5, 6), torch.float32, 0.01)
     with pytest.raises(InputError, match="empty"):
         blocks_encode(torch.zeros(0, 3), 0.01)
+    with pytest.raises(InputError, match="predictor must be one of"):
+        blocks_encode(x, 0.01, predictor="auto")

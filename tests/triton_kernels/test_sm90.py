@@ -76,7 +76,7 @@ def test_sizes_that_change_per_call_compile_once(report):
 
     assert len(variants("segalign")) == 2  # DIRECTION = +1 and -1
     assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
-    for kernel, count in (("scan", 2), ("pack", 2), ("unpack", 1)):  # the payload's kernel reads no field
+    for kernel, count in (("scan fused", 2), ("scan given", 2), ("pack fused", 2), ("pack given", 2), ("unpack", 1)):
         assert len(variants(f"foresight blocks {kernel}")) == count
     for _, k in _kernels(report, "segalign"):
         assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
@@ -95,4 +95,6 @@ def test_fp64_scalars_reach_the_kernel_as_fp64(report):
     the codes could differ from the torch twin's by one near a rounding boundary)."""
     sigs = [k["signature"] for _, k in _kernels(report, "foresight")]
     assert sigs and all(s.get("inv2e_ptr", s.get("eb_ptr")) == "*fp64" for s in sigs if "x_ptr" in s)
+    given = [s for s in sigs if "vflag_ptr" in s and s["r_ptr"] == "*i64"]  # the interpolation's residuals
+    assert given and all(s["vflag_ptr"] == "*u8" for s in given)
     assert all(ty != "fp32" for s in sigs for ty in s.values())
