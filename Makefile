@@ -17,6 +17,7 @@ TORCH := torch==2.13.0
 FBGEMM := $(if $(shell command -v nvidia-smi 2>/dev/null),fbgemm-gpu==1.8.0,fbgemm-gpu-cpu==1.8.0)
 PINS := triton==3.7.1 numpy==2.4.6 pyyaml==6.0.4 tqdm==4.70.1 matplotlib==3.11.2 \
         gymnasium==1.4.0 deepspeed==0.19.8 pyscf==2.14.0 scipy==1.17.1 numba==0.68.1 scikit-learn==1.9.1 \
+        palmerpenguins==0.1.6 pandas==3.1.1 \
         h5py==3.16.0 pysz==1.1.0 zfpy==1.0.1.post0 fpzip==1.2.5 zstandard==0.25.0 pyarrow==26.0.1 \
         pytest==9.2.0 pytest-xdist==3.8.0 ruff==0.17.6 import-linter==2.17 \
         $(FBGEMM) tensordict==0.15.3 torchmetrics==1.0.3 pyre-extensions==0.0.32 iopath==0.1.10

@@ -13,6 +13,10 @@ The graphs (``--graphs``, default all of them):
   are used as they are.  ``--weights gaussian`` weights the same edges ``exp(-d_ij^2 / (s_i s_j))`` with
   ``s_i`` the distance to the 7th neighbour (Zelnik-Manor & Perona's self-tuning similarity, the
   input of Kuang et al.'s SymNMF experiments).
+* ``penguins``: the Palmer penguins (3 species) that the ``palmerpenguins`` package ships as a CSV
+  (read offline), the same kNN graph of its four size measurements (mm and g: standardised), the rows
+  with a missing value dropped (``load_penguins(return_X_y=True, drop_na=True)``: 333 of 344).  Skipped,
+  with the reason, where the package is absent (``pip install palmerpenguins``; ``make setup`` pins it).
 * ``football``, ``polbooks``, ``email-Eu-core``: the labelled graphs of ``../shared/data/graphs``
   (skipped, with the reason, where that folder is absent).  ``dolphins.gml`` carries no labels and is
   left out.
@@ -47,10 +51,12 @@ from torchhpc.ext.core.bench import bar_plot, benchmark_parser, write_results
 from torchhpc.ext.core.data import shared_data_dir
 
 SKLEARN_SETS = ("iris", "wine", "breast_cancer", "digits")
-STANDARDISED = ("wine", "breast_cancer")
+KNN_SETS = (*SKLEARN_SETS, "penguins")
+"""The labelled feature sets, each turned into the same symmetrised 10-NN graph."""
+STANDARDISED = ("wine", "breast_cancer", "penguins")
 """Feature sets whose columns are in different units: z-scored before the kNN graph."""
 SHARED_GRAPHS = ("football", "polbooks", "email-Eu-core")
-ALL_GRAPHS = SKLEARN_SETS + SHARED_GRAPHS
+ALL_GRAPHS = KNN_SETS + SHARED_GRAPHS
 N_NEIGHBORS = 10
 SELF_TUNING_NEIGHBOR = 7
 
@@ -72,16 +78,35 @@ def knn_graph(X: np.ndarray, weights: str):
     return (0.5 * (C + C.T)).tocsr()
 
 
+def features(name: str):
+    """``(X, labels, source)`` of one labelled feature set, or ``None`` with the reason printed."""
+    if name == "penguins":
+        try:
+            from palmerpenguins import load_penguins
+        except ImportError:
+            print("  penguins: skipped (palmerpenguins is not installed: pip install palmerpenguins)")
+            return None
+        X, species = load_penguins(return_X_y=True, drop_na=True)    # the CSV inside the package
+        _, y = np.unique(species.to_numpy(dtype=str), return_inverse=True)
+        return X.to_numpy(dtype=np.float64), y.astype(np.int64), "palmerpenguins (rows with a missing value dropped)"
+    from sklearn import datasets
+
+    d = getattr(datasets, f"load_{name}")()
+    return d.data, d.target.astype(np.int64), f"sklearn {name}"
+
+
 def load(name: str, weights: str):
     """``(A, labels, description)`` of one graph, or ``None`` with the reason printed."""
-    if name in SKLEARN_SETS:
-        from sklearn import datasets
+    if name in KNN_SETS:
         from sklearn.preprocessing import StandardScaler
 
-        d = getattr(datasets, f"load_{name}")()
-        X = StandardScaler().fit_transform(d.data) if name in STANDARDISED else d.data
+        loaded = features(name)
+        if loaded is None:
+            return None
+        X, y, source = loaded
+        X = StandardScaler().fit_transform(X) if name in STANDARDISED else X
         how = "standardised, " if name in STANDARDISED else ""
-        return knn_graph(X, weights), d.target.astype(np.int64), f"sklearn {name}, {how}{weights} 10-NN"
+        return knn_graph(X, weights), y, f"{source}, {how}{weights} 10-NN"
     from torchhpc.ext.symnmf.config import GraphOptions
     from torchhpc.ext.symnmf.graphs import load_graph
 
@@ -179,7 +204,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=5, help="seeds 0 .. S-1 per graph (default 5)")
     ap.add_argument("--graphs", default=",".join(ALL_GRAPHS), help=f"comma-separated subset of {ALL_GRAPHS}")
     ap.add_argument("--weights", choices=["binary", "gaussian"], default="binary",
-                    help="edge weights of the sklearn kNN graphs (default binary, as SpectralClustering builds)")
+                    help="edge weights of the kNN graphs (default binary, as SpectralClustering builds)")
     ap.add_argument("--no-old", dest="old", action="store_false", help="skip the old defaults")
     ap.add_argument("--ablation", action="store_true", help="also one option changed at a time")
     ap.add_argument("--ablation-email", action="store_true", help="run the ablation on email-Eu-core too")
