@@ -59,6 +59,19 @@ def test_foresight_block_codec_per_field(predictor):
         assert bool(((y - x).abs() <= 1e-2).logical_or(torch.isnan(x) & torch.isnan(y)).all())
 
 
+def test_foresight_block_codec_batch():
+    """A batch of fields (a sweep's six fields, say) costs the host what one field costs: one concatenation,
+    two kernel launches, the payloads' size and the payloads themselves."""
+    from torchhpc.ext.foresight.blocks import GPU_BUDGETS, blocks_encode_many
+
+    for count in (2, 6):
+        fields = [torch.randn(5, 6, 7 + i, generator=torch.Generator().manual_seed(i)).cumsum(2) for i in range(count)]
+        with count_host_work() as work:
+            encoded = blocks_encode_many(fields, [0.01] * count, backend="triton")
+        GPU_BUDGETS["blocks_encode_batch"].check(work, 1, f"foresight block batch of {count}")
+        assert work.syncs == 2 and len(encoded) == count
+
+
 def test_segalign_filter_per_strand(tmp_path):
     """The Triton filter on both strands of a 4 kbp pair: within segalign's budget per strand."""
     from torchhpc.ext.segalign.align import find_hsps

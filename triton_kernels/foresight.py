@@ -23,6 +23,8 @@ in ``torchhpc.ext.foresight.ops``.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -132,43 +134,61 @@ CODE_LIMIT = 2**31
 """A Lorenzo residual ``|d|`` at or above this (its zigzag code would not fit 32 bits) is an outlier."""
 
 
+FIELD_COLUMNS = tl.constexpr(5)
+"""Columns of the field table (int64): first block, first value in the concatenated input, values, N1, N2
+(a ``tl.constexpr``: compiled kernels read no other globals)."""
+
+
 @triton.jit
-def _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT: tl.constexpr,
+def _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, fields_ptr, rows, F, NB, LIMIT: tl.constexpr,
                  CODE_LIMIT: tl.constexpr, FUSED: tl.constexpr):
-    """For the ``(ROWS, 32)`` values of blocks ``rows``: flat offsets, lanes, ``x``, the residual ``r``, its
-    overflow flag (``|r| >= 2^31``), the value-outlier flag and the zigzag code ``u`` (0 where ``r``
-    overflows and past the end).  ``FUSED``: quantise and Lorenzo-predict ``x`` here; otherwise read the
-    residuals (any predictor's, in its order) and the value-outlier flags the caller computed."""
+    """For the ``(ROWS, 32)`` values of blocks ``rows`` of a batch of ``F`` fields laid end to end (each
+    field's blocks and values follow the previous field's; a block never spans two fields): field-local
+    offsets, lanes, ``x``, the residual ``r``, its overflow flag (``|r| >= 2^31``), the value-outlier flag
+    and the zigzag code ``u`` (0 where ``r`` overflows and past the field's end).  ``FUSED``: quantise and
+    Lorenzo-predict ``x`` here; otherwise read the residuals (any predictor's, in its order) and the
+    value-outlier flags the caller computed."""
     lanes = tl.arange(0, 32).to(tl.int64)
-    offs = rows[:, None] * 32 + lanes[None, :]
-    mask = offs < N0.to(tl.int64) * N1 * N2
-    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    fid = rows * 0
+    for f in range(1, F):  # the field of each block: how many fields start at or before it
+        fid += (rows >= tl.load(fields_ptr + tl.cast(f, tl.int64) * FIELD_COLUMNS)).to(tl.int64)
+    ok = rows < NB
+    row = fields_ptr + fid * FIELD_COLUMNS
+    first = tl.load(row, mask=ok, other=0)
+    start = tl.load(row + 1, mask=ok, other=0)[:, None]
+    n = tl.load(row + 2, mask=ok, other=0)[:, None]
+    offs = (rows - first)[:, None] * 32 + lanes[None, :]
+    mask = ok[:, None] & (offs < n)
+    x = tl.load(x_ptr + start + offs, mask=mask, other=0.0)
     if FUSED:
-        inv2e = tl.load(eb_ptr)
-        twoe = tl.load(eb_ptr + 1)
-        e = tl.load(eb_ptr + 2)
-        q, r = _lorenzo_residual(x_ptr, offs, mask, inv2e, N1, N2, LIMIT)
+        N1 = tl.load(row + 3, mask=ok, other=1)[:, None]
+        N2 = tl.load(row + 4, mask=ok, other=1)[:, None]
+        inv2e = tl.load(eb_ptr + fid * 3, mask=ok, other=1.0)[:, None]
+        twoe = tl.load(eb_ptr + fid * 3 + 1, mask=ok, other=1.0)[:, None]
+        e = tl.load(eb_ptr + fid * 3 + 2, mask=ok, other=1.0)[:, None]
+        q, r = _lorenzo_residual(x_ptr + start, offs, mask, inv2e, N1, N2, LIMIT)
         # the value the decoder will produce, in the input's dtype; off the bound (NaN included): an outlier
         recon = (q.to(tl.float64) * twoe).to(x.dtype).to(tl.float64)
         vflag = mask & ((tl.abs(recon - x.to(tl.float64)) <= e) == 0)
     else:
-        r = tl.load(r_ptr + offs, mask=mask, other=0)
-        vflag = mask & (tl.load(vflag_ptr + offs, mask=mask, other=0) != 0)
+        r = tl.load(r_ptr + start + offs, mask=mask, other=0)
+        vflag = mask & (tl.load(vflag_ptr + start + offs, mask=mask, other=0) != 0)
     over = mask & ((r >= CODE_LIMIT) | (r < -CODE_LIMIT))
     u = tl.where(over | (mask == 0), 0, (r << 1) ^ (r >> 63))
     return offs, lanes, x, r, over, vflag, u
 
 
-@triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
+@triton.jit(do_not_specialize=["F", "NB"])
 def _block_scan_kernel(
-    x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
-    r_ptr,  # (N,) int64 residuals (not FUSED; else unused)
-    vflag_ptr,  # (N,) uint8 value-outlier flags (not FUSED; else unused)
-    eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
+    x_ptr,  # (values,) the batch's float32/float64 fields, concatenated (C order each)
+    r_ptr,  # (values,) int64 residuals (not FUSED; else unused)
+    vflag_ptr,  # (values,) uint8 value-outlier flags (not FUSED; else unused)
+    eb_ptr,  # (F, 3) fp64: 1 / (2 e), 2 e, e of each field
+    fields_ptr,  # (F, FIELD_COLUMNS) int64: the field table
     width_ptr,  # (NB,) int32 out: bits of the block's widest code (0..32)
     nres_ptr,  # (NB,) int32 out: residuals of the block too wide for 32 bits
     nval_ptr,  # (NB,) int32 out: value outliers in the block
-    N0, N1, N2, NB,
+    F, NB,
     LIMIT: tl.constexpr,
     CODE_LIMIT: tl.constexpr,
     FUSED: tl.constexpr,
@@ -176,7 +196,7 @@ def _block_scan_kernel(
 ):
     # pass 1 of encoding: per block, its width and its outlier counts (reads x, writes 12 bytes per 32 values)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
-    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT,
+    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, fields_ptr, rows, F, NB, LIMIT,
                                                      CODE_LIMIT, FUSED)
     top = tl.max(u, axis=1)
     width = tl.zeros([ROWS], dtype=tl.int32)
@@ -198,22 +218,23 @@ def _scatter_flagged(flag, end_ptr, rows, rmask, idx_ptr, val_ptr, offs, values)
     tl.store(val_ptr + pos, values, mask=flag)
 
 
-@triton.jit(do_not_specialize=["N0", "N1", "N2", "NB"])
+@triton.jit(do_not_specialize=["F", "NB"])
 def _block_pack_kernel(
-    x_ptr,  # (N0, N1, N2) contiguous float32/float64 input
-    r_ptr,  # (N,) int64 residuals (not FUSED)
-    vflag_ptr,  # (N,) uint8 value-outlier flags (not FUSED)
-    eb_ptr,  # (3,) fp64: 1 / (2 e), 2 e, e
+    x_ptr,  # (values,) the batch's float32/float64 fields, concatenated
+    r_ptr,  # (values,) int64 residuals (not FUSED)
+    vflag_ptr,  # (values,) uint8 value-outlier flags (not FUSED)
+    eb_ptr,  # (F, 3) fp64: 1 / (2 e), 2 e, e
+    fields_ptr,  # (F, FIELD_COLUMNS) int64: the field table
     wend_ptr,  # (NB,) int64: inclusive prefix sum of the widths (words up to the end of each block)
     rend_ptr,  # (NB,) int64: inclusive prefix sum of the wide-residual counts
     vend_ptr,  # (NB,) int64: inclusive prefix sum of the value-outlier counts
     wbyte_ptr,  # (NB,) uint8 out: the widths, in the payload
     words_ptr,  # (sum of widths,) int32 out: the bit planes, in the payload
-    ridx_ptr,  # int64 out: position of each wide residual
+    ridx_ptr,  # int64 out: field-local position of each wide residual
     rval_ptr,  # int64 out: its value
-    vidx_ptr,  # int64 out: flat index of each value outlier
+    vidx_ptr,  # int64 out: field-local index of each value outlier
     vval_ptr,  # x's dtype out: its exact value
-    N0, N1, N2, NB,
+    F, NB,
     LIMIT: tl.constexpr,
     CODE_LIMIT: tl.constexpr,
     FUSED: tl.constexpr,
@@ -222,7 +243,7 @@ def _block_pack_kernel(
     # pass 2: recompute the codes (cheaper than a round trip of 4 bytes per value) and scatter-pack them
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS).to(tl.int64)
     rmask = rows < NB
-    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, rows, N0, N1, N2, LIMIT,
+    offs, lanes, x, r, over, vflag, u = _block_codes(x_ptr, r_ptr, vflag_ptr, eb_ptr, fields_ptr, rows, F, NB, LIMIT,
                                                      CODE_LIMIT, FUSED)
     wend = tl.load(wend_ptr + rows, mask=rmask, other=0)
     wstart = tl.load(wend_ptr + rows - 1, mask=rmask & (rows > 0), other=0)
@@ -258,8 +279,34 @@ def _block_unpack_kernel(
     tl.store(r_ptr + offs, (u >> 1) ^ -(u & 1), mask=offs < total)
 
 
-def _eb_tensor(eb: float, device) -> torch.Tensor:
-    return torch.tensor([1.0 / (2.0 * eb), 2.0 * eb, eb], dtype=torch.float64, device=device)
+class BlockTable(NamedTuple):
+    """A batch of fields for the block kernels: ``fields`` ``(F, FIELD_COLUMNS)`` int64 and ``eb`` ``(F, 3)``
+    fp64 on the device, the batch's ``blocks``, and each field's first block and block count (host ints)."""
+
+    fields: torch.Tensor
+    eb: torch.Tensor
+    blocks: int
+    values: int
+    first: list[int]
+    count: list[int]
+
+
+def block_table(shapes: list[tuple[int, int, int]], ebs: list[float], device) -> BlockTable:
+    """The table of fields of the given 3D ``shapes`` and bounds, laid end to end (one H2D copy each)."""
+    if len(shapes) != len(ebs):
+        raise ValueError(f"one bound per field: {len(shapes)} shapes, {len(ebs)} bounds")
+    rows, first, count = [], [], []
+    block = value = 0
+    for n0, n1, n2 in shapes:
+        n = n0 * n1 * n2
+        rows.append([block, value, n, n1, n2])
+        first.append(block)
+        count.append(-(-n // PACK))
+        block += count[-1]
+        value += n
+    return BlockTable(torch.tensor(rows, dtype=torch.int64, device=device),
+                      torch.tensor([[1.0 / (2.0 * eb), 2.0 * eb, eb] for eb in ebs], dtype=torch.float64,
+                                   device=device), block, value, first, count)
 
 
 def _residual_args(x: torch.Tensor, r: torch.Tensor | None, vflag: torch.Tensor | None) -> tuple:
@@ -272,34 +319,40 @@ def _residual_args(x: torch.Tensor, r: torch.Tensor | None, vflag: torch.Tensor 
     return r, vflag.view(torch.uint8), False
 
 
-def block_scan_triton(x: torch.Tensor, eb: float, r: torch.Tensor | None = None, vflag: torch.Tensor | None = None,
-                      rows: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Pass 1 of the block codec: ``(width, wide residuals, value outliers)`` per block of 32 values, int32.
+def _check_batch(x: torch.Tensor, table: BlockTable) -> None:
+    if not x.is_floating_point() or x.dim() != 1 or x.numel() != table.values:
+        raise ValueError(f"expected the batch's fields concatenated into one flat float tensor, got "
+                         f"{tuple(x.shape)} {x.dtype}")
 
-    Without ``r``: the kernel quantises the 3D float ``x`` and Lorenzo-predicts (fused).  With ``r`` (flat
-    int64 residuals of another predictor) and ``vflag`` (flat bool: values to keep exactly): it packs those.
+
+def block_scan_triton(x: torch.Tensor, table: BlockTable, r: torch.Tensor | None = None,
+                      vflag: torch.Tensor | None = None, rows: int = 32) -> torch.Tensor:
+    """Pass 1 of the block codec: ``(3, blocks)`` int32 counts per block of 32 values: width, residuals too
+    wide for 32 bits, value outliers.
+
+    ``x``: the batch's fields concatenated flat (:func:`block_table` describes them).  Without ``r``: the
+    kernel quantises and Lorenzo-predicts (fused).  With ``r`` (flat int64 residuals of another predictor,
+    concatenated the same way) and ``vflag`` (flat bool: values to keep exactly): it packs those.
     """
-    _check_volume(x, eb)
-    nb = triton.cdiv(x.numel(), PACK)
-    counts = torch.empty(3, nb, dtype=torch.int32, device=x.device)
+    _check_batch(x, table)
+    counts = torch.empty(3, table.blocks, dtype=torch.int32, device=x.device)
     rr, vf, fused = _residual_args(x, r, vflag)
-    _block_scan_kernel[(triton.cdiv(nb, rows),)](x, rr, vf, _eb_tensor(eb, x.device), counts[0], counts[1], counts[2],
-                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused,
-                                                 ROWS=rows)
-    return counts[0], counts[1], counts[2]
+    _block_scan_kernel[(triton.cdiv(table.blocks, rows),)](
+        x, rr, vf, table.eb, table.fields, counts[0], counts[1], counts[2], len(table.count), table.blocks,
+        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows)
+    return counts
 
 
-def block_pack_triton(x: torch.Tensor, eb: float, ends: torch.Tensor, views: tuple[torch.Tensor, ...],
+def block_pack_triton(x: torch.Tensor, table: BlockTable, ends: torch.Tensor, views: tuple[torch.Tensor, ...],
                       r: torch.Tensor | None = None, vflag: torch.Tensor | None = None, rows: int = 32) -> None:
     """Pass 2: from ``ends`` (``(3, blocks)`` inclusive prefix sums of pass 1's counts), write the widths
     (uint8), the bit planes (int32), the wide residuals (position, value) and the value outliers (index,
-    value) into ``views`` (the payload's six regions, :class:`torchhpc.ext.foresight.blocks.Layout`)."""
-    _check_volume(x, eb)
-    nb = ends.shape[1]
+    value) into ``views`` (the batch payload's six regions, :class:`torchhpc.ext.foresight.blocks.Layout`)."""
+    _check_batch(x, table)
     rr, vf, fused = _residual_args(x, r, vflag)
-    _block_pack_kernel[(triton.cdiv(nb, rows),)](x, rr, vf, _eb_tensor(eb, x.device), ends[0], ends[1], ends[2], *views,
-                                                 *x.shape, nb, LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused,
-                                                 ROWS=rows)
+    _block_pack_kernel[(triton.cdiv(table.blocks, rows),)](
+        x, rr, vf, table.eb, table.fields, ends[0], ends[1], ends[2], *views, len(table.count), table.blocks,
+        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows)
 
 
 def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Tensor, total: int,
@@ -309,13 +362,6 @@ def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Te
     r = torch.empty(total, dtype=torch.int64, device=wbyte.device)
     _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, r, total, nb, ROWS=rows)
     return r
-
-
-def _check_volume(x: torch.Tensor, eb: float) -> None:
-    if x.dim() != 3 or not x.is_floating_point():
-        raise ValueError(f"expected a 3D float tensor, got {tuple(x.shape)} {x.dtype}")
-    if not eb > 0:
-        raise ValueError(f"error bound must be > 0, got {eb}")
 
 
 def value_outliers_torch(x: torch.Tensor, q: torch.Tensor, eb: float) -> torch.Tensor:
@@ -389,6 +435,6 @@ def lorenzo_quantize_torch(x: torch.Tensor, eb: float) -> tuple[torch.Tensor, to
     return q, d
 
 
-__all__ = ["CODE_LIMIT", "PACK", "QUANT_LIMIT", "block_codes_torch", "block_pack_triton", "block_scan_triton",
+__all__ = ["CODE_LIMIT", "FIELD_COLUMNS", "PACK", "BlockTable", "block_table", "QUANT_LIMIT", "block_codes_torch", "block_pack_triton", "block_scan_triton",
            "block_unpack_triton", "lorenzo_quantize_torch", "lorenzo_quantize_triton", "pack_planes", "quantize_torch",
            "unpack_planes", "value_outliers_torch"]

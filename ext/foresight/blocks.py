@@ -54,6 +54,8 @@ GPU_BUDGETS = {
                                 why="the payload's size, then the payload itself, cross to the host once each"),
     "blocks_decode": HostBudget("field", syncs=0, launches=10,
                                 why="unpack, three prefix sums and the dequantisation; outliers scattered back"),
+    "blocks_encode_batch": HostBudget("batch", syncs=2, launches=6,
+                                      why="any number of fields: one concatenation, two kernels, one payload"),
     "blocks_encode_interp": HostBudget("interpolation step", syncs=0, launches=7, fixed_syncs=2, fixed_launches=16,
                                        why="each step's prediction is a few integer tensor ops"),
     "blocks_decode_interp": HostBudget("interpolation step", syncs=0, launches=7, fixed_launches=12,
@@ -107,6 +109,21 @@ class Layout:
         return cls(int(meta["blocks"]), int(meta["words"]), int(meta["wide"]), int(meta["values"]), itemsize)
 
 
+def payload_layout(meta: dict, dtype: torch.dtype) -> Layout:
+    """The :class:`Layout` a header describes; InputError where its sizes are missing or not counts."""
+    try:
+        return Layout.of(meta, torch.empty(0, dtype=dtype).element_size())
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise InputError("corrupt payload: the block codec's sizes are missing from the header") from None
+
+
+def _on(device: torch.device):
+    """Launch on ``device`` (Triton launches on the current CUDA device, whatever its arguments' device)."""
+    import contextlib
+
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
+
 def _to_host(buf: torch.Tensor) -> bytes:
     """The payload's bytes: on CUDA one copy into pinned memory (torch caches the pinned blocks)."""
     if buf.device.type == "cuda":
@@ -136,52 +153,113 @@ def blocks_encode(x: torch.Tensor, eb: float, backend: str = "auto", predictor: 
         The payload and ``meta`` (``predictor``, ``blocks``, ``words``, ``wide``, ``values``): what decoding
         needs besides the shape, dtype and bound.
     """
-    if not eb > 0 or not math.isfinite(eb):
-        raise InputError(f"error bound must be a finite number > 0, got {eb}")
-    if x.numel() == 0:
-        raise InputError(f"the field is empty (shape {tuple(x.shape)})")
+    return blocks_encode_many([x], [eb], backend, predictor)[0]
+
+
+def blocks_encode_many(xs: list[torch.Tensor], ebs: list[float], backend: str = "auto", predictor: str = "lorenzo"
+                       ) -> list[tuple[bytes, dict[str, int | str]]]:
+    """:func:`blocks_encode` of several fields of one dtype on one device, each with its bound, in one batch:
+    on the Triton path two kernel launches and one host sync for all of them, the payloads crossing to the
+    host together; each field's payload is the one :func:`blocks_encode` writes for it alone."""
+    if not xs or len(xs) != len(ebs):
+        raise InputError(f"give one bound per field: {len(xs)} fields, {len(ebs)} bounds")
+    for x, eb in zip(xs, ebs, strict=True):
+        if not eb > 0 or not math.isfinite(eb):
+            raise InputError(f"error bound must be a finite number > 0, got {eb}")
+        if x.numel() == 0:
+            raise InputError(f"the field is empty (shape {tuple(x.shape)})")
+        if x.dtype != xs[0].dtype or x.device != xs[0].device:
+            raise InputError(f"a batch holds fields of one dtype on one device: {x.dtype} on {x.device} "
+                             f"beside {xs[0].dtype} on {xs[0].device}")
     if predictor not in BLOCK_PREDICTORS:
         raise InputError(f"the block codec's predictor must be one of {', '.join(BLOCK_PREDICTORS)}; got {predictor!r}")
+    vols = [x.reshape(as_volume(tuple(x.shape))).contiguous() for x in xs]
+    if resolve_backend(backend, xs[0].device, choices=("torch", "triton")) == "torch":
+        return [_encode_numpy(v.cpu(), eb, predictor) for v, eb in zip(vols, ebs, strict=True)]
+    with _on(xs[0].device):
+        return _encode_batch(vols, ebs, predictor)
+
+
+def _encode_batch(vols: list[torch.Tensor], ebs: list[float], predictor: str) -> list[tuple[bytes, dict[str, int | str]]]:
+    """The Triton path of :func:`blocks_encode_many`."""
+    from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton, block_table
+
+    flat = torch.cat([v.reshape(-1) for v in vols]) if len(vols) > 1 else vols[0].reshape(-1)
+    r = vflag = None
+    if predictor != "lorenzo":  # the interpolation's residuals, on the fields' device
+        parts = [_interp_parts(v, eb, predictor) for v, eb in zip(vols, ebs, strict=True)]
+        r, vflag = (torch.cat(p) if len(p) > 1 else p[0] for p in zip(*parts, strict=True))
+    table = block_table([tuple(v.shape) for v in vols], ebs, flat.device)
+    ends = torch.cumsum(block_scan_triton(flat, table, r, vflag), 1, dtype=torch.int64)
+    last = [f + c - 1 for f, c in zip(table.first, table.count, strict=True)]
+    # the encoder's one sync: where each field's planes and outliers end
+    cuts = ends[:, torch.tensor(last, device=flat.device)].tolist()
+    lay = Layout(table.blocks, cuts[0][-1], cuts[1][-1], cuts[2][-1], flat.element_size())
+    buf = torch.zeros(lay.starts[-1], dtype=torch.uint8, device=flat.device)  # zero padding: same bytes
+    block_pack_triton(flat, table, ends, lay.views(buf, flat.dtype), r, vflag)
+    payload = _to_host(buf)
+    if len(vols) == 1:
+        return [(payload, _meta(predictor, lay))]
+    out = []
+    before = (0, 0, 0)
+    for f, (first, count) in enumerate(zip(table.first, table.count, strict=True)):
+        upto = (cuts[0][f], cuts[1][f], cuts[2][f])
+        out.append(_cut(payload, lay, first, count, before, upto, predictor))
+        before = upto
+    return out
+
+
+def _interp_parts(vol: torch.Tensor, eb: float, predictor: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The interpolation's residuals of ``vol`` (flat int64, its level order) and its value outliers (flat bool)."""
     from torchhpc.triton_kernels.foresight import quantize_torch, value_outliers_torch
 
-    vol = x.reshape(as_volume(tuple(x.shape))).contiguous()
-    nb = _blocks(vol.numel())
-    name = resolve_backend(backend, x.device, choices=("torch", "triton"))
-    r = vflag = None
-    if predictor != "lorenzo":  # the interpolation's residuals, on x's device
-        q = quantize_torch(vol, eb)
-        vflag = value_outliers_torch(vol, q, eb)
-        r = interp_residuals(q, cubic=predictor == "cubic")
-        del q
-    if name == "triton":
-        from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton
+    q = quantize_torch(vol, eb)
+    return interp_residuals(q, cubic=predictor == "cubic"), value_outliers_torch(vol, q, eb)
 
-        ends = torch.cumsum(torch.stack(block_scan_triton(vol, eb, r, vflag)), 1, dtype=torch.int64)
-        words, wide, values = ends[:, -1].tolist()  # the encoder's one sync: the payload's size
-        lay = Layout(nb, words, wide, values, vol.element_size())
-        buf = torch.zeros(lay.starts[-1], dtype=torch.uint8, device=x.device)  # zero padding: same bytes
-        block_pack_triton(vol, eb, ends, lay.views(buf, vol.dtype), r, vflag)
-        payload = _to_host(buf)
+
+def _meta(predictor: str, lay: Layout) -> dict[str, int | str]:
+    return {"predictor": predictor, "blocks": lay.blocks, "words": lay.words, "wide": lay.wide, "values": lay.values}
+
+
+def _cut(payload: bytes, lay: Layout, first: int, count: int, before: tuple[int, int, int], upto: tuple[int, int, int],
+         predictor: str) -> tuple[bytes, dict[str, int | str]]:
+    """One field's payload out of a batch's: its blocks ``first .. first + count``, its planes and outliers
+    between the batch's running totals ``before`` and ``upto`` (words, wide residuals, value outliers)."""
+    one = Layout(count, upto[0] - before[0], upto[1] - before[1], upto[2] - before[2], lay.itemsize)
+    src, dst = lay.starts, one.starts
+    out = bytearray(dst[-1])
+    ranges = ((first, count), (4 * before[0], 4 * one.words), (8 * before[1], 8 * one.wide),
+              (8 * before[1], 8 * one.wide), (8 * before[2], 8 * one.values),
+              (lay.itemsize * before[2], lay.itemsize * one.values))
+    for region, (offset, size) in enumerate(ranges):
+        out[dst[region]:dst[region] + size] = payload[src[region] + offset:src[region] + offset + size]
+    return bytes(out), _meta(predictor, one)
+
+
+def _encode_numpy(vol: torch.Tensor, eb: float, predictor: str) -> tuple[bytes, dict[str, int | str]]:
+    """The CPU's block codec: the kernels' bytes from torch ops and NumPy's bit (un)packing."""
+    from torchhpc.triton_kernels.foresight import (
+        block_codes_torch,
+        lorenzo_quantize_torch,
+        pack_planes,
+        value_outliers_torch,
+    )
+
+    if predictor == "lorenzo":
+        q, d = lorenzo_quantize_torch(vol, eb)
+        r, vflag = d.reshape(-1), value_outliers_torch(vol, q, eb)
+        del q, d
     else:
-        from torchhpc.triton_kernels.foresight import block_codes_torch, lorenzo_quantize_torch, pack_planes
-
-        cpu = vol.cpu()
-        if r is None:
-            q, d = lorenzo_quantize_torch(cpu, eb)
-            r, vflag = d.reshape(-1), value_outliers_torch(cpu, q, eb)
-            del q, d
-        r, vflag = r.cpu(), vflag.cpu()
-        over, u = block_codes_torch(r)
-        width, planes = pack_planes(u)
-        ridx, vidx = torch.nonzero(over).reshape(-1), torch.nonzero(vflag).reshape(-1)
-        lay = Layout(nb, planes.numel(), ridx.numel(), vidx.numel(), vol.element_size())
-        buf = torch.zeros(lay.starts[-1], dtype=torch.uint8)
-        parts = (width, planes, ridx, r[ridx], vidx, cpu.reshape(-1)[vidx])
-        for view, part in zip(lay.views(buf, vol.dtype), parts, strict=True):
-            view.copy_(part)
-        payload = buf.numpy().tobytes()
-    return payload, {"predictor": predictor, "blocks": lay.blocks, "words": lay.words, "wide": lay.wide,
-                     "values": lay.values}
+        r, vflag = _interp_parts(vol, eb, predictor)
+    over, u = block_codes_torch(r)
+    width, planes = pack_planes(u)
+    ridx, vidx = torch.nonzero(over).reshape(-1), torch.nonzero(vflag).reshape(-1)
+    lay = Layout(_blocks(vol.numel()), planes.numel(), ridx.numel(), vidx.numel(), vol.element_size())
+    buf = torch.zeros(lay.starts[-1], dtype=torch.uint8)
+    parts = (width, planes, ridx, r[ridx], vidx, vol.reshape(-1)[vidx])
+    for view, part in zip(lay.views(buf, vol.dtype), parts, strict=True):
+        view.copy_(part)
+    return buf.numpy().tobytes(), _meta(predictor, lay)
 
 
 def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: torch.dtype, eb: float,
@@ -193,12 +271,11 @@ def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: tor
     """
     vol = as_volume(tuple(shape))
     n = int(np.prod(vol))
-    itemsize = torch.empty(0, dtype=dtype).element_size()
-    try:
-        lay = Layout.of(meta, itemsize)
-        predictor = meta.get("predictor", "lorenzo")
-    except (KeyError, TypeError, ValueError):
-        raise InputError("corrupt payload: the block codec's sizes are missing from the header") from None
+    if n == 0 or isinstance(eb, bool) or not isinstance(eb, (int, float)) or not (math.isfinite(eb) and eb > 0):
+        raise InputError(f"corrupt header: a field of shape {tuple(shape)} with bound {eb!r}")
+    eb = float(eb)
+    lay = payload_layout(meta, dtype)
+    predictor = meta.get("predictor", "lorenzo")
     if predictor not in BLOCK_PREDICTORS:
         raise InputError(f"corrupt payload: unknown predictor {predictor!r}")
     if lay.blocks != _blocks(n) or min(lay.words, lay.wide, lay.values) < 0 or len(payload) != lay.starts[-1]:
@@ -212,6 +289,11 @@ def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: tor
             p.size and (int(p.min()) < 0 or int(p.max()) >= n) for p in positions):
         raise InputError("corrupt payload: block widths or outlier positions out of range")
     device = torch.device(device)
+    with _on(device):
+        return _decode(payload, lay, predictor, vol, n, shape, dtype, eb, device, backend)
+
+
+def _decode(payload, lay, predictor, vol, n, shape, dtype, eb, device, backend) -> torch.Tensor:
     buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
     if device.type != "cpu":
         buf = buf.to(device)  # the payload crosses once, host to device
@@ -243,8 +325,16 @@ CHUNK = 1 << 20
 """Bytes per zstd frame of the entropy stage: frames are (de)compressed in parallel on the host's cores."""
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def entropy_encode(payload: bytes, level: int) -> list[bytes]:
-    """The packed payload as independent zstd frames of :data:`CHUNK` bytes, compressed on every core.
+    """The packed payload as independent zstd frames of :data:`CHUNK` bytes, compressed on every core, each
+    with its content size and a checksum (a flipped bit is an error, not a wrong field).
 
     Bit planes of low bits are near random, but the widths, the high planes of a wide block and the
     all-zero blocks of smooth regions are not: at level 1 this stage adds 10-90 % to the ratio for a few
@@ -253,19 +343,29 @@ def entropy_encode(payload: bytes, level: int) -> list[bytes]:
     import zstandard
 
     chunks = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [b""]
-    out = zstandard.ZstdCompressor(level=level).multi_compress_to_buffer(chunks, threads=-1)
+    out = zstandard.ZstdCompressor(level=level, write_checksum=True).multi_compress_to_buffer(chunks, threads=_cores())
     return [out[i].tobytes() for i in range(len(out))]
 
 
-def entropy_decode(frames: list[bytes]) -> bytes:
-    """Inverse of :func:`entropy_encode`; InputError on a corrupt frame."""
+def entropy_decode(frames: list[bytes], size: int) -> bytes:
+    """Inverse of :func:`entropy_encode`: the ``size`` bytes of the payload.  Each frame's declared size is
+    checked against the payload's before anything is allocated; InputError on any corrupt frame."""
     import zstandard
 
     try:
-        out = zstandard.ZstdDecompressor().multi_decompress_to_buffer(frames, threads=-1)
+        declared = [zstandard.get_frame_parameters(f).content_size for f in frames]
     except zstandard.ZstdError as exc:
+        raise InputError(f"corrupt zstd stream ({exc})") from None
+    count = max(1, -(-size // CHUNK))
+    if len(declared) != count or declared[:-1] != [CHUNK] * (count - 1) or declared[-1] != size - CHUNK * (count - 1):
+        raise InputError(f"corrupt payload: zstd frames of {declared[:3]}... bytes where the header says "
+                         f"{size} bytes in all")
+    try:
+        out = zstandard.ZstdDecompressor().multi_decompress_to_buffer(frames, threads=_cores())
+    except (zstandard.ZstdError, ValueError) as exc:
         raise InputError(f"corrupt zstd stream ({exc})") from None
     return b"".join(out[i].tobytes() for i in range(len(out)))
 
 
-__all__ = ["BLOCK_PREDICTORS", "CHUNK", "GPU_BUDGETS", "Layout", "blocks_decode", "blocks_encode", "entropy_decode", "entropy_encode"]
+__all__ = ["BLOCK_PREDICTORS", "CHUNK", "GPU_BUDGETS", "Layout", "blocks_decode", "blocks_encode", "blocks_encode_many",
+           "entropy_decode", "entropy_encode", "payload_layout"]

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,14 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
-from .blocks import blocks_decode, blocks_encode, entropy_decode, entropy_encode
+from .blocks import (
+    blocks_decode,
+    blocks_encode,
+    blocks_encode_many,
+    entropy_decode,
+    entropy_encode,
+    payload_layout,
+)
 from .ops import (
     PREDICTORS,
     lorenzo_decode,
@@ -150,20 +158,14 @@ class Compressor:
         Raises:
             InputError: an unknown parameter, a bound <= 0, an unsupported mode or dtype, an empty tensor.
         """
-        if not isinstance(x, torch.Tensor):
-            x = torch.as_tensor(np.asarray(x))
-        if x.dtype not in (torch.float32, torch.float64):
-            raise InputError(f"compressor '{self.name}' takes float32 or float64 data, got {x.dtype}")
-        if x.numel() == 0:
-            raise InputError(f"compressor '{self.name}': the input is empty (shape {tuple(x.shape)})")
+        x = self._input(x)
         p = self.check_params(params)
-        x = x.contiguous()
         t0 = time.perf_counter()
         bounded = bool(self.modes) and not self.fixed_mode(p)
         if bounded and p["mode"] == "pw_rel" and not self.native_pw_rel:
             payload, meta = self._encode_pw_rel(x, p)
         else:
-            eb = self.absolute_bound(x, p) if bounded and p["mode"] != "pw_rel" else None
+            eb = self.absolute_bounds([x], p)[0] if bounded and p["mode"] != "pw_rel" else None
             payload, meta = self._encode(x, p, eb)
             meta["eb"] = eb
         c = Compressed(self.name, p, tuple(x.shape), str(x.dtype).replace("torch.", ""), b"", meta)
@@ -181,11 +183,30 @@ class Compressor:
             vals = x.reshape(-1)[bad.reshape(-1)].cpu().numpy()
             payload = pack_sections([payload, zstd_compress(np.diff(idx, prepend=0).tobytes()),
                                      zstd_compress(vals.tobytes())])
-        dt = time.perf_counter() - t0
+        return self._finish(c, x, payload, time.perf_counter() - t0, patched)
+
+    def compress_many(self, xs: list[torch.Tensor], *, verify: bool = True, **params: Any) -> list[Compressed]:
+        """Each of ``xs`` compressed with the same ``params`` (a sweep's fields at one setting): what
+        :meth:`compress` gives for each; a compressor that can batch (ours on CUDA) does them in one pass."""
+        return [self.compress(x, verify=verify, **params) for x in xs]
+
+    def _input(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` as a contiguous float32/float64 tensor; InputError for another dtype or an empty one."""
+        if not isinstance(x, torch.Tensor):
+            x = torch.as_tensor(np.asarray(x))
+        if x.dtype not in (torch.float32, torch.float64):
+            raise InputError(f"compressor '{self.name}' takes float32 or float64 data, got {x.dtype}")
+        if x.numel() == 0:
+            raise InputError(f"compressor '{self.name}': the input is empty (shape {tuple(x.shape)})")
+        return x.contiguous()
+
+    @staticmethod
+    def _finish(c: Compressed, x: torch.Tensor, payload: bytes, seconds: float, patched: int = 0) -> Compressed:
+        """``c`` with its final payload and its stats."""
         c.payload = payload
         nin = x.numel() * x.element_size()
         c.stats = {"nbytes_in": nin, "nbytes_out": len(payload), "ratio": nin / max(len(payload), 1),
-                   "compress_s": dt, "patched": patched, "eb": meta.get("eb")}
+                   "compress_s": seconds, "patched": patched, "eb": c.meta.get("eb")}
         return c
 
     def decompress(self, c: Compressed, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -213,13 +234,29 @@ class Compressor:
     @staticmethod
     def absolute_bound(x: torch.Tensor, p: dict[str, Any]) -> float:
         """The absolute bound ``e`` of mode ``abs`` or ``rel`` (``E (max - min)``)."""
+        return Compressor.absolute_bounds([x], p)[0]
+
+    @staticmethod
+    def absolute_bounds(xs: list[torch.Tensor], p: dict[str, Any]) -> list[float]:
+        """:meth:`absolute_bound` of each of ``xs``, their ranges read by the host at once (one sync)."""
         if p["mode"] == "abs":
-            return p["bound"]
-        fin = x[torch.isfinite(x)]
-        rng = float(fin.max() - fin.min()) if fin.numel() else 0.0
-        if rng == 0.0:  # a constant field: any positive bound is exact
-            rng = max(float(fin.abs().max()) if fin.numel() else 1.0, 1.0)
-        return p["bound"] * rng
+            return [p["bound"]] * len(xs)
+        stats = []
+        for x in xs:  # over the finite values: max - min in x's dtype, max |x|, how many
+            fin = torch.isfinite(x)
+            top = x.masked_fill(~fin, -math.inf).amax()
+            low = x.masked_fill(~fin, math.inf).amin()
+            stats.append(torch.stack([top.double() - low.double(), x.abs().masked_fill(~fin, 0.0).amax().double(),
+                                      fin.sum().double()]))
+        out = []
+        for rng, big, count in torch.stack(stats).tolist():
+            if not count:
+                rng = 0.0
+            rng = min(rng, sys.float_info.max)  # a float64 field from -1.7e308 to 1.7e308: its range overflows
+            if rng == 0.0:  # a constant field: any positive bound is exact
+                rng = max(big if count else 1.0, 1.0)
+            out.append(p["bound"] * rng)
+        return out
 
     def elementwise_bound(self, x: torch.Tensor, p: dict[str, Any]) -> torch.Tensor | float:
         """What ``|x - x'|`` may be, per element (a tensor for ``pw_rel``)."""
@@ -320,10 +357,43 @@ class OursCompressor(Compressor):
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
         return pack_sections(sections), {"codec": "planes", "predictor": used}
 
+    def compress_many(self, xs, *, verify=True, **params):
+        """The fields' block payloads in one batch per dtype (:func:`.blocks.blocks_encode_many`: two kernel
+        launches and one host sync for all of them) where the codec is ``blocks`` and the mode ``abs`` or
+        ``rel``; field by field otherwise.  Each field gets the payload it gets alone; its ``compress_s`` is
+        the batch's time shared by bytes."""
+        p = self.check_params(params)
+        xs = [self._input(x) for x in xs]
+        codec = p["codec"] if p["codec"] != "auto" else ("blocks" if all(x.is_cuda for x in xs) else "planes")
+        if len(xs) < 2 or codec != "blocks" or p["mode"] == "pw_rel" or len({x.device for x in xs}) > 1:
+            return super().compress_many(xs, verify=verify, **params)
+        t0 = time.perf_counter()
+        ebs = self.absolute_bounds(xs, p)
+        level = 1 if p["level"] == "auto" else p["level"]
+        predictor = self.BLOCKS_AUTO if p["predictor"] == "auto" else p["predictor"]
+        encoded: dict[int, tuple[bytes, dict]] = {}
+        for dtype in {x.dtype for x in xs}:
+            group = [i for i, x in enumerate(xs) if x.dtype == dtype]
+            for i, got in zip(group, blocks_encode_many([xs[i] for i in group], [ebs[i] for i in group],
+                                                        backend=p["backend"], predictor=predictor), strict=True):
+                encoded[i] = got
+        out = []
+        for i, x in enumerate(xs):
+            payload, meta = encoded[i]
+            meta = {"codec": "blocks", "stages": ["quantize", predictor, "zigzag", "bitpack32", f"zstd{level}"],
+                    **meta, "eb": ebs[i]}
+            sections = [pack_sections(entropy_encode(payload, level)), zstd_compress(b""), zstd_compress(b"")]
+            out.append((Compressed(self.name, p, tuple(x.shape), str(x.dtype).replace("torch.", ""), b"", meta),
+                        pack_sections(sections)))
+        seconds = time.perf_counter() - t0
+        total = sum(x.numel() * x.element_size() for x in xs)
+        return [self._finish(c, x, payload, seconds * x.numel() * x.element_size() / total)
+                for (c, payload), x in zip(out, xs, strict=True)]
+
     def _decode(self, c, device):
         dtype = getattr(torch, c.dtype)
         if c.meta.get("codec") == "blocks":
-            payload = entropy_decode(unpack_sections(c.payload))
+            payload = entropy_decode(unpack_sections(c.payload), payload_layout(c.meta, dtype).starts[-1])
             return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
         return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)
 

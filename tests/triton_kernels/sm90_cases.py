@@ -40,32 +40,42 @@ def foresight_cases():
 
 
 def foresight_block_cases():
-    """The block codec's three kernels on fields with dimensions of 1, a 16-multiple and odd sizes, through
-    the payload views they get in use (each region of the payload 16-byte aligned); scan and pack both
-    fused (Lorenzo) and packing given residuals (interpolation)."""
+    """The block codec's three kernels on fields with dimensions of 1, a 16-multiple and odd sizes, alone and
+    as a batch of all of them, through the payload views they get in use (each region of the payload
+    16-byte aligned); scan and pack both fused (Lorenzo) and packing given residuals (interpolation)."""
     from torchhpc.ext.foresight.blocks import Layout
-    from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton, block_unpack_triton
+    from torchhpc.triton_kernels.foresight import (
+        block_pack_triton,
+        block_scan_triton,
+        block_table,
+        block_unpack_triton,
+    )
 
-    for shape in [(1, 1, 37), (1, 6, 37), (16, 16, 16), (3, 1, 1), (5, 6, 37)]:
-        for dtype in (torch.float32, torch.float64):
-            x = torch.randn(shape, generator=_g(1), dtype=dtype)
-            nb = -(-x.numel() // 32)
-            lay = Layout(nb, 7 * nb, 2, 3, x.element_size())
+    shapes = [(1, 1, 37), (1, 6, 37), (16, 16, 16), (3, 1, 1), (5, 6, 37)]
+    for dtype in (torch.float32, torch.float64):
+        for batch in [[shape] for shape in shapes] + [shapes]:
+            xs = [torch.randn(shape, generator=_g(1), dtype=dtype) for shape in batch]
+            flat = torch.cat([x.reshape(-1) for x in xs])
+            table = block_table(batch, [1e-3] * len(batch), "cpu")
+            nb = table.blocks
+            lay = Layout(nb, 7 * nb, 2, 3, flat.element_size())
             buf = torch.zeros(lay.starts[-1], dtype=torch.uint8)
             ends = torch.stack([torch.arange(1, nb + 1) * 7, torch.full((nb,), 2), torch.full((nb,), 3)])
-            r = torch.zeros(x.numel(), dtype=torch.int64)
-            vflag = torch.zeros(x.numel(), dtype=torch.bool)
+            r = torch.zeros(flat.numel(), dtype=torch.int64)
+            vflag = torch.zeros(flat.numel(), dtype=torch.bool)
+            name = f"{len(batch)} fields" if len(batch) > 1 else str(batch[0])
             for fused in (True, False):
                 given = (None, None) if fused else (r, vflag)
                 tag = "fused" if fused else "given"
-                yield (f"foresight blocks scan {tag} {shape} {dtype}",
-                       lambda x=x, given=given: block_scan_triton(x, 1e-3, *given))
-                yield (f"foresight blocks pack {tag} {shape} {dtype}",
-                       lambda x=x, lay=lay, buf=buf, ends=ends, given=given:
-                       block_pack_triton(x, 1e-3, ends, lay.views(buf, x.dtype), *given))
-            yield (f"foresight blocks unpack {shape} {dtype}",
-                   lambda x=x, lay=lay, buf=buf, ends=ends:
-                   block_unpack_triton(lay.views(buf, x.dtype)[0], ends[0], lay.views(buf, x.dtype)[1], x.numel()))
+                yield (f"foresight blocks scan {tag} {name} {dtype}",
+                       lambda flat=flat, table=table, given=given: block_scan_triton(flat, table, *given))
+                yield (f"foresight blocks pack {tag} {name} {dtype}",
+                       lambda flat=flat, table=table, lay=lay, buf=buf, ends=ends, given=given:
+                       block_pack_triton(flat, table, ends, lay.views(buf, flat.dtype), *given))
+            yield (f"foresight blocks unpack {name} {dtype}",
+                   lambda flat=flat, lay=lay, buf=buf, ends=ends:
+                   block_unpack_triton(lay.views(buf, flat.dtype)[0], ends[0], lay.views(buf, flat.dtype)[1],
+                                       flat.numel()))
 
 
 def segalign_cases():

@@ -101,6 +101,22 @@ def test_block_codec_keeps_outliers_and_the_widest_codes(kernel_device, predicto
         assert torch.equal(torch.nan_to_num(y, nan=7.0), torch.nan_to_num(x, nan=7.0)) and bool(torch.isnan(y[0, 0, 40]))
 
 
+@pytest.mark.parametrize("predictor", ["lorenzo", "interp"])
+def test_a_batch_of_fields_gives_each_field_its_own_payload(kernel_device, predictor):
+    """Fields of different shapes (dimensions of 1, sizes not a multiple of 32) and bounds, with outliers in
+    some, encoded in one batch: each field's payload is the bytes of the field encoded alone."""
+    from torchhpc.ext.foresight.blocks import blocks_encode, blocks_encode_many
+
+    xs = [_field(shape, torch.float32, seed) for seed, shape in enumerate([(3, 1, 1), (5, 6, 37), (1, 1, 70), (2, 9, 4)])]
+    xs[1][2, 3, 4] = float("nan")
+    xs[2][0, 0, 5] = 3e30
+    ebs = [0.5, 0.037, 0.01, 2.0]
+    batch = blocks_encode_many([x.to(kernel_device) for x in xs], ebs, backend="triton", predictor=predictor)
+    alone = [blocks_encode(x, eb, backend="torch", predictor=predictor) for x, eb in zip(xs, ebs, strict=True)]
+    assert batch == alone
+    assert [m["values"] for _, m in batch] == [0, 1, 1, 0]
+
+
 def test_block_codec_refuses_a_corrupt_payload():
     """Wrong length, a width above 32, an outlier position outside the field, a missing size: an InputError each."""
     from torchhpc.ext.core.errors import InputError

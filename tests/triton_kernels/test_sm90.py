@@ -70,7 +70,8 @@ def test_addresses_from_pointer_arguments_are_64_bit(report):
 def test_sizes_that_change_per_call_compile_once(report):
     """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
-    over shapes with dimensions of 1, 3, 5, 6, 16 and 37 (the block codec's unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
+    over shapes with dimensions of 1, 3, 5, 6, 16 and 37 and batches of 1 and 5 fields (the block codec's
+    unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
@@ -81,7 +82,8 @@ def test_sizes_that_change_per_call_compile_once(report):
     for _, k in _kernels(report, "segalign"):
         assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
     for _, k in _kernels(report, "foresight"):
-        sizes = ("total", "NB") if k["kernel"] == "_block_unpack_kernel" else ("N0", "N1", "N2")
+        sizes = {"_block_unpack_kernel": ("total", "NB"), "_block_scan_kernel": ("F", "NB"),
+                 "_block_pack_kernel": ("F", "NB")}.get(k["kernel"], ("N0", "N1", "N2"))
         assert all(k["signature"][n] == "i32" for n in sizes)
     epilogue = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, "ccsdt epilogue")}
     assert len(epilogue) == 1  # o = 1, 3, 4 and v = 1, 5, 16: one compiled kernel

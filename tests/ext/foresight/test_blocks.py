@@ -109,3 +109,50 @@ def test_ours_checks_its_bound_while_encoding_not_after(monkeypatch, codec):
     y = decompress(c)
     assert bool(torch.isinf(y[1, 1, 1])) and float((y - x).abs().nan_to_num(0.0).max()) <= 1e-3 * float(
         x[torch.isfinite(x)].max() - x[torch.isfinite(x)].min())
+
+
+@pytest.mark.parametrize("mode,bound,predictor,backend", [("rel", 1e-3, "auto", "triton"), ("abs", 0.05, "lorenzo", "triton"),
+                                                          ("rel", 1e-3, "cubic", "torch"), ("pw_rel", 1e-2, "auto", "auto")])
+def test_compress_many_gives_each_field_what_compress_gives(mode, bound, predictor, backend):
+    """A batch of fields of both dtypes, with a NaN and a constant field: each Compressed is the one compress
+    makes for that field alone (payload, meta, bound), and decodes within its bound."""
+    xs = [awkward_field(torch.float32), awkward_field(torch.float64)[:, :5], torch.full((7, 3), 2.5),
+          awkward_field(torch.float32)[3]]
+    xs[0] = xs[0].clone()
+    xs[0][1, 1, 1] = float("nan")
+    params = {"mode": mode, "bound": bound, "codec": "blocks", "predictor": predictor, "backend": backend}
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    many = OursCompressor().compress_many(xs, **params)
+    for x, c in zip(xs, many, strict=True):
+        alone = compress(x, "ours", **{**params, "backend": "torch"})
+        assert c.payload == alone.payload and c.meta == alone.meta and c.shape == tuple(x.shape)
+        y = decompress(Compressed.from_bytes(c.to_bytes()))
+        err = (y.double() - x.double()).abs().nan_to_num(0.0)
+        assert bool((err <= tolerance(x.nan_to_num(0.0), mode, bound)).all())
+
+
+def test_a_corrupt_block_file_is_one_error_never_a_crash_or_a_wrong_field():
+    """No frames, a flipped bit (the frames' checksums), a frame claiming 2^40 bytes, an infinite size in the
+    header: an InputError each.  A float32 field whose range overflows float32 compresses in rel mode."""
+    import struct
+
+    from torchhpc.ext.foresight.ops import pack_sections, unpack_sections
+
+    c = compress(torch.randn(8, 8, 8, generator=torch.Generator().manual_seed(0)), "ours", mode="abs", bound=1e-2,
+                 codec="blocks")
+    base, idx, vals = unpack_sections(c.payload)
+    frames = unpack_sections(base)
+    flipped = bytearray(frames[0])
+    flipped[len(flipped) // 2] ^= 0x10
+    huge = b"\x28\xb5\x2f\xfd\xe0" + struct.pack("<Q", 1 << 40) + b"\x00" * 8
+    for bad in ([], [bytes(flipped)], [huge]):
+        broken = Compressed(c.compressor, c.params, c.shape, c.dtype, pack_sections([pack_sections(bad), idx, vals]),
+                            c.meta)
+        with pytest.raises(InputError, match="corrupt"):
+            decompress(Compressed.from_bytes(broken.to_bytes()))
+    with pytest.raises(InputError, match="corrupt"):
+        decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, c.payload, {**c.meta, "words": float("inf")}))
+    wide = torch.tensor([3e38, -3e38, 1.0, 2.0])
+    y = decompress(compress(wide, "ours", mode="rel", bound=1e-3, codec="blocks"))
+    assert float((y.double() - wide.double()).abs().max()) <= 1e-3 * 6e38
