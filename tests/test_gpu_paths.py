@@ -42,6 +42,19 @@ def test_foresight_codec_on_cuda_equals_the_cpu(shape, dtype):
     assert float((ys[0].double() - x.double()).abs().nan_to_num(0.0).max()) <= 1e-3
 
 
+def test_foresight_batch_on_cuda_equals_each_field_on_the_cpu():
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(shape, generator=gen).cumsum(-1) for shape in [(7, 1, 40), (33,), (16, 16, 16), (2, 3, 5)]]
+    comp = OursCompressor()
+    on_gpu = comp.compress_many([x.cuda() for x in xs], mode="rel", bound=1e-3)
+    for x, c in zip(xs, on_gpu, strict=True):
+        alone = comp.compress(x, mode="rel", bound=1e-3, codec="blocks")
+        assert c.payload == alone.payload and c.meta == alone.meta
+        assert torch.equal(comp.decompress(c, "cuda").cpu(), comp.decompress(alone, "cpu"))
+
+
 @pytest.mark.parametrize("backfill", ["none", "easy"])
 def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill):
     from torchhpc.ext.sched.batched import BatchedClusterSimulator
