@@ -23,8 +23,8 @@ The payload (every region starts at a multiple of 16 bytes, zero padding between
 Decoding is the reverse on the device that asks for it: ``_block_unpack_kernel`` rebuilds the residuals,
 the wide ones are scattered back, three integer prefix sums (Lorenzo) or the levels of the interpolation
 give the codes, one multiply the values, and the value outliers their exact values.  The CPU builds the
-same bytes with NumPy's bit (un)packing (``pack_planes``), so a payload written on either device decodes on
-the other to the same values (tested bit for bit against the interpreted kernels).
+same bytes with numba (:mod:`.bitplanes`; NumPy's bit (un)packing without it), so a payload written on
+either device decodes on the other to the same values (tested bit for bit against the interpreted kernels).
 
 Traffic per float32 value on the GPU (Lorenzo): encode reads ``x`` twice (8 stencil loads each, from cache)
 and writes the payload; decode reads the payload and writes 8 bytes (residual) + 8 (codes, three prefix
@@ -241,9 +241,10 @@ def _encode_numpy(vol: torch.Tensor, eb: float, predictor: str) -> tuple[bytes, 
     from torchhpc.triton_kernels.foresight import (
         block_codes_torch,
         lorenzo_quantize_torch,
-        pack_planes,
         value_outliers_torch,
     )
+
+    from .bitplanes import pack_planes
 
     if predictor == "lorenzo":
         q, d = lorenzo_quantize_torch(vol, eb)
@@ -304,7 +305,7 @@ def _decode(payload, lay, predictor, vol, n, shape, dtype, eb, device, backend) 
 
         r = block_unpack_triton(wbyte, torch.cumsum(wbyte, 0, dtype=torch.int64), words, n)
     else:
-        from torchhpc.triton_kernels.foresight import unpack_planes
+        from .bitplanes import unpack_planes
 
         r = unpack_planes(wbyte.cpu(), words.cpu(), n).to(device)
     if lay.wide:
