@@ -1,9 +1,11 @@
 """Benchmark: ``torchhpc align`` (segalign) against LASTZ on the same inputs, in one run, recall beside time.
 
-Pairs (all six by default): the four mitochondrial pairs of ``../shared/data/genomes`` (read there
+Pairs (six by default): the four mitochondrial pairs of ``../shared/data/genomes`` (read there
 at run time), a simulated pair of ``--sim-length`` bases each (one pair per length; made here by
 :func:`torchhpc.ext.segalign.simulate.simulate_pair`, with inversions and duplications, written to a
-temporary folder) and the two H. pylori strains.  Same parameters on both sides (12of19, one
+temporary folder) and the two H. pylori strains; ``--pairs repeats``: a simulated repeat-rich pair of
+strains (:data:`REPEAT_RICH`: IS families in tens of copies on both strands, rRNA operons, an inverted
+prophage) of each ``--sim-length``.  Same parameters on both sides (12of19, one
 transition, xdrop 910, hspthresh 3000, ydrop 9430, gappedthresh 3000, both strands, no chaining):
 
   * whole alignment: ``lastz --format=maf-`` vs ours with the defaults (:func:`align_files` from the
@@ -50,6 +52,11 @@ from torchhpc.ext.core.data import shared_data_dir
 from torchhpc.ext.segalign.recall import MITO_PAIRS, run_lastz
 
 REPO = Path(__file__).resolve().parents[1]
+#: Two strains of one bacterial species: 2 % substitutions, small indels, two IS families (1.3 kb x 20 and
+#: 1.8 kb x 12 copies, 0.5 % and 1 % diverged, both strands), an rRNA operon (5 kb x 5, 0.2 %), an inverted
+#: prophage-sized stretch (up to 35 kb) and a 5 kb segmental duplication.
+REPEAT_RICH = dict(substitution_rate=0.02, indel_rate=0.002, inversions=1, inversion_length=35_000, duplications=1,
+                   duplication_length=5_000, repeats=((1300, 20, 0.005), (1800, 12, 0.01), (5000, 5, 0.002)))
 GENOMES = shared_data_dir() / "genomes"
 
 
@@ -171,7 +178,7 @@ def warm_up() -> float:
 def main(argv=None) -> int:
     p = benchmark_parser(__doc__, repeats=1)
     p.add_argument("--pairs", default="mito,sim,hpylori",
-                   help="comma-separated from: mito, sim, hpylori (default: all six pairs)")
+                   help="comma-separated from: mito, sim, repeats, hpylori (default: mito,sim,hpylori)")
     p.add_argument("--sim-length", default="2000000",
                    help="bases of the simulated target; comma-separated for several pairs (default 2000000)")
     p.add_argument("--sim-seed", type=int, default=1, help="seed of the simulated pair (default 1)")
@@ -205,7 +212,7 @@ def main(argv=None) -> int:
         print("benchmarks/segalign.py needs lastz on PATH (apt-get install lastz)", file=sys.stderr)
         return 1
     wanted = {s.strip() for s in args.pairs.split(",") if s.strip()}
-    unknown = wanted - {"mito", "sim", "hpylori"}
+    unknown = wanted - {"mito", "sim", "repeats", "hpylori"}
     if unknown:
         p.error(f"unknown pair set {sorted(unknown)[0]!r}")
     torch.set_num_threads(args.thread_list[0])
@@ -232,6 +239,13 @@ def main(argv=None) -> int:
             tp, qp = Path(tmp) / "target.fa", Path(tmp) / "query.fa"
             sim.write(tp, qp)
             rows += bench_pair(f"simulated {n / 1e6:g} Mbp", tp, qp, args, device, truth)
+    for n in args.sim_lengths if "repeats" in wanted else []:
+        sim = simulate_pair(n, seed=args.sim_seed, **REPEAT_RICH)
+        truth = {("target", "query", s): sim.true_pairs(s) for s in "+-"}
+        with tempfile.TemporaryDirectory() as tmp:
+            tp, qp = Path(tmp) / "target.fa", Path(tmp) / "query.fa"
+            sim.write(tp, qp)
+            rows += bench_pair(f"repeat-rich {n / 1e6:g} Mbp", tp, qp, args, device, truth)
     if "hpylori" in wanted and GENOMES.is_dir():
         rows += bench_pair("H.pylori SJM180 vs ELS37", GENOMES / "Hpylori_SJM180.fa", GENOMES / "Hpylori_ELS37.fa",
                            args, device)

@@ -1,7 +1,8 @@
 """A simulator of evolved genome pairs with known truth (demo, tests, the large benchmark).
 
-An ancestor (the target) is drawn base by base with a given GC content; the query
-descends from it by, in order: segmental duplications (a copy of a stretch
+An ancestor (the target) is drawn base by base with a given GC content, with repeat families
+inserted in it where asked (each family a random consensus, its copies a little diverged from it and
+on either strand: IS elements, rRNA operons); the query descends from it by, in order: segmental duplications (a copy of a stretch
 inserted elsewhere), inversions (a stretch reverse-complemented), small indels
 (geometric lengths) and substitutions (transitions twice as likely as each
 transversion).  Each query base remembers the target base it came from and on
@@ -60,6 +61,48 @@ def _random_codes(rng: np.random.Generator, n: int, gc: float) -> np.ndarray:
     return rng.choice(4, size=n, p=p).astype(np.uint8)
 
 
+def _substitute(rng: np.random.Generator, codes: np.ndarray, rate: float) -> np.ndarray:
+    """``codes`` with a share ``rate`` substituted, transitions (xor 2) twice as likely as each transversion."""
+    codes = codes.copy()
+    sub = np.flatnonzero(rng.random(len(codes)) < rate)
+    kind = rng.integers(0, 4, sub.size)
+    codes[sub] = np.where(kind < 2, codes[sub] ^ 2, codes[sub] ^ np.where(kind == 2, 1, 3))
+    return codes
+
+
+def _ancestor(rng: np.random.Generator, length: int, gc: float, repeats) -> tuple[np.ndarray, list]:
+    """``length`` random bases with the copies of each repeat family ``(element length, copies, divergence)``
+    placed at random, non-overlapping places (a family's copies on either strand); and the copies as
+    ``(family, strand, target start)``."""
+    copies, names = [], []
+    for family, (size, count, divergence) in enumerate(repeats):
+        if size < 1 or count < 0 or not 0 <= divergence < 1:
+            raise ValueError(f"a repeat family is (length >= 1, copies >= 0, 0 <= divergence < 1), got "
+                             f"{(size, count, divergence)}")
+        consensus = _random_codes(rng, size, gc)
+        for _ in range(count):
+            copy = _substitute(rng, consensus, divergence)
+            minus = rng.random() < 0.5
+            copies.append(3 - copy[::-1] if minus else copy)
+            names.append((family, "-" if minus else "+"))
+    spacer = length - sum(len(c) for c in copies)
+    if not copies:
+        return _random_codes(rng, length, gc), []
+    if spacer < len(copies) + 1:
+        raise ValueError(f"repeats of {length - spacer} bases do not fit a {length}-base target")
+    cuts = np.sort(rng.choice(np.arange(1, spacer), size=len(copies), replace=False))
+    order = rng.permutation(len(copies))
+    background = _random_codes(rng, spacer, gc)
+    parts, prev, placed, at = [], 0, [], 0
+    for cut, which in zip(cuts, order, strict=True):
+        parts += [background[prev:cut], copies[which]]
+        at += cut - prev
+        placed.append((*names[which], int(at)))
+        at += len(copies[which])
+        prev = cut
+    return np.concatenate(parts + [background[prev:]]), placed
+
+
 def simulate_pair(
     length: int = 100_000,
     substitution_rate: float = 0.08,
@@ -71,10 +114,14 @@ def simulate_pair(
     duplication_length: int = 2_000,
     gc: float = 0.42,
     seed: int = 0,
+    repeats: tuple[tuple[int, int, float], ...] = (),
 ) -> SimulatedPair:
     """Draw a target of ``length`` bases and evolve a query from it (see the module docstring).
 
     Args:
+        repeats: repeat families of the ancestor, each ``(element length, copies, divergence)``: the
+            copies (substituted at ``divergence`` from the family's consensus, reverse-complemented half
+            of the time) sit at random places of the target, inside its ``length``.
         substitution_rate: fraction of query bases substituted (transition : each transversion = 2 : 1).
         indel_rate: indel events per base (half insertions, half deletions), lengths geometric
             with mean ``mean_indel``.
@@ -82,7 +129,7 @@ def simulate_pair(
         duplications, duplication_length: number and length of duplicated stretches.
     """
     rng = np.random.default_rng(seed)
-    target = _random_codes(rng, length, gc)
+    target, placed = _ancestor(rng, length, gc, repeats)
     codes = target.copy()
     origin = np.arange(length, dtype=np.int64)
     flipped = np.zeros(length, dtype=bool)
@@ -127,12 +174,10 @@ def simulate_pair(
     new_origin[inserted] = -1
     codes, origin, flipped = new_codes, new_origin, new_flipped
     # substitutions: transitions (xor 2) twice as likely as each of the two transversions
-    sub = np.flatnonzero(rng.random(len(codes)) < substitution_rate)
-    kind = rng.integers(0, 4, sub.size)
-    tv = np.where(kind == 2, 1, 3)
-    codes[sub] = np.where(kind < 2, codes[sub] ^ 2, codes[sub] ^ tv)
+    codes = _substitute(rng, codes, substitution_rate)
     params = dict(length=length, substitution_rate=substitution_rate, indel_rate=indel_rate, mean_indel=mean_indel,
                   inversions=inversions, inversion_length=inversion_length, duplications=duplications,
-                  duplication_length=duplication_length, gc=gc, seed=seed)
+                  duplication_length=duplication_length, gc=gc, seed=seed, repeats=[list(r) for r in repeats],
+                  repeat_copies=placed)
     return SimulatedPair(_BASES[target].tobytes().decode(), _BASES[codes].tobytes().decode(), origin, flipped,
                          params)
