@@ -159,7 +159,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
         parts = [h.to(dev) for i, (st_, _, _) in enumerate(tasks) if st_ == strand for h, _ in results_of(i)]
         return remove_contained(HSPs.cat(parts, strand)).to("cpu")
 
-    early = on_strand is not None and workers > 1 and world == 1
+    early = on_strand is not None and world == 1
     if workers > 1:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -173,8 +173,14 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
                     done[strand] = strand_hsps(strand, lambda i: futures[i].result())
                     on_strand(strand, done[strand])
             results = [f.result() for f in futures]
-    else:
-        results = [run(task) for task in tasks]
+    else:  # one task after the other (a GPU filter): a strand goes on as soon as its last task is done
+        results = []
+        for i, task in enumerate(tasks):
+            results.append(run(task))
+            strand = task[0]
+            if early and (i + 1 == len(tasks) or tasks[i + 1][0] != strand):
+                done[strand] = strand_hsps(strand, lambda j: results[j])
+                on_strand(strand, done[strand])
     if bar is not None:
         bar.close()
     if world > 1:
@@ -210,8 +216,9 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: PipelineOption
     # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
     threads = torch.get_num_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
-    # (the NumPy reference holds the GIL: nothing to overlap)
-    if threads > 1 and plan.gapped_by == "numba" and plan.ctx.world_size == 1 and plan.device.type == "cpu":
+    # (the NumPy reference holds the GIL: nothing to overlap); on CUDA the CPU threads extend one strand
+    # while the GPU filters the next, as SegAlign does
+    if threads > 1 and plan.gapped_by == "numba" and plan.ctx.world_size == 1:
         res = _align_overlapped(target, query, query_rc, cfg, plan, threads)
         if torch.get_num_threads() != threads:
             torch.set_num_threads(threads)
@@ -251,7 +258,8 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
                       plan: AlignPlan, threads: int) -> AlignResult:
     """Filter and gapped stage overlapped (several threads, one process, the compiled gapped stage): a
     strand's gapped extension starts on its own thread as soon as the strand's HSPs are known, while
-    the filter goes on with the next strand, as SegAlign extends on CPU threads while the GPU filters.
+    the filter goes on with the next strand (on the CPU's other threads, or on the GPU), as SegAlign
+    extends on CPU threads while the GPU filters.
     The strands' alignments do not depend on each other (each has its own walls), so the output is
     the same as one stage after the other."""
     import threading
