@@ -90,6 +90,16 @@ def segalign_cases():
                 yield (f"segalign xdrop H={H} n={n} dir={direction}",
                        lambda t=t, first=first, direction=direction:
                        xdrop_extend_triton(t, t, first, first, direction, table, 910))
+    # the one-launch filter: 1, 16 and 37 diagonals over 1, 16 and 1000 cells, the same compiled kernel
+    from torchhpc.triton_kernels.segalign import diagonal_scan_triton
+
+    for D in (1, 16, 37):
+        for n in (1, 16, 1000):
+            t = torch.randint(0, 4, (n,), generator=_g(2), dtype=torch.uint8)
+            ends = torch.randint(0, n, (2 * D,), generator=_g(4))
+            start = torch.arange(D) * 2
+            yield (f"segalign diagonal D={D} n={n}",
+                   lambda t=t, ends=ends, start=start: diagonal_scan_triton(t, t, ends, ends, start, start + 2, table, 910))
 
 
 def kraken_cases():

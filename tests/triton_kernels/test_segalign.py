@@ -126,3 +126,40 @@ def test_compiled_kernel_equals_twin_at_scale():
         got = xdrop_extend_triton(t.cuda(), q.cuda(), tf.cuda(), qf.cuda(), direction, table.cuda(), 910)
         for a, b in zip(ref, got, strict=True):
             assert torch.equal(a, b.cpu())
+
+
+@pytest.mark.parametrize("seed,n,hits,diagonals,block_d,tile", [
+    (0, 400, 60, 3, 4, 16),  # many hits per diagonal: most skipped by an earlier extension's reach
+    (1, 300, 1, 1, 4, 8),  # one hit
+    (2, 500, 90, 40, 32, 32),  # diagonals not a multiple of the lanes; hits on the array edges
+])
+def test_diagonal_scan_equals_the_rounds(kernel_device, seed, n, hits, diagonals, block_d, tile):
+    """The one-launch filter (a lane per diagonal walking its hits) extends exactly the hits the torch path's
+    rounds extend, to the same HSPs, with a mutated copy, soft-masked and ambiguous bases and walls."""
+    from torchhpc.ext.segalign.ops import ungapped_hsps
+    from torchhpc.triton_kernels.segalign import diagonal_scan_triton
+
+    t, q, _, _ = _case(n, 1, seed, 0.1)
+    g = torch.Generator().manual_seed(seed)
+    diag = torch.randint(-n // 4, n // 4, (diagonals,), generator=g)[torch.randint(0, diagonals, (hits,), generator=g)]
+    q_end = torch.randint(1, n, (hits,), generator=g)
+    t_end = (q_end + diag).clamp(1, n - 1)
+    table = hoxd70().table(910)
+    ref, ref_stats = ungapped_hsps(t, q, t_end, q_end, table, 910, 0, False, "torch")
+    got, got_stats = ungapped_hsps(t.to(kernel_device), q.to(kernel_device), t_end.to(kernel_device),
+                                   q_end.to(kernel_device), table.to(kernel_device), 910, 0, False, "triton")
+    assert got_stats["extended"] == ref_stats["extended"] and got_stats["rounds"] == 1
+    for f in ("t_start", "q_start", "length", "score"):
+        assert torch.equal(getattr(got, f).cpu(), getattr(ref, f))
+    # the launcher alone, with the block and tile sizes of the case: the same extended hits
+    d = t_end - q_end
+    order = torch.argsort(d * 10**6 + q_end)
+    ds = d[order]
+    lead = torch.ones_like(ds, dtype=torch.bool)
+    lead[1:] = ds[1:] != ds[:-1]
+    start = torch.nonzero(lead).reshape(-1)
+    stop = torch.cat([start[1:], torch.tensor([hits])])
+    done, ts, ln, sc = diagonal_scan_triton(t.to(kernel_device), q.to(kernel_device), t_end[order].to(kernel_device),
+                                            q_end[order].to(kernel_device), start.to(kernel_device),
+                                            stop.to(kernel_device), table.to(kernel_device), 910, block_d, tile)
+    assert int(done.sum()) == ref_stats["extended"]

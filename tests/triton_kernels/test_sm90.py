@@ -29,7 +29,8 @@ pytest.importorskip("triton")
 HERE = Path(__file__).resolve().parent
 
 #: pointer arguments that may be indexed with 32-bit offsets: tables of a fixed, small size
-BOUNDED = {("_xdrop_extend_kernel", "table_ptr"): "the 11 x 11 substitution table"}
+BOUNDED = {("_xdrop_extend_kernel", "table_ptr"): "the 11 x 11 substitution table",
+           ("_diagonal_scan_kernel", "table_ptr"): "the 11 x 11 substitution table"}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_every_launcher_compiles_for_sm90(report):
     assert {"_lorenzo_quantize_kernel", "_xdrop_extend_kernel", "_bag_forward_kernel", "_bag_backward_rows_kernel",
             "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
             "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel",
-            "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel"} <= names
+            "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel", "_diagonal_scan_kernel"} <= names
 
 
 def test_addresses_from_pointer_arguments_are_64_bit(report):
@@ -75,12 +76,14 @@ def test_sizes_that_change_per_call_compile_once(report):
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
-    assert len(variants("segalign")) == 2  # DIRECTION = +1 and -1
+    assert len(variants("segalign xdrop")) == 2  # DIRECTION = +1 and -1
+    assert len(variants("segalign diagonal")) == 1  # 1 to 37 diagonals, 1 to 1000 cells
     assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
     for kernel, count in (("scan fused", 2), ("scan given", 2), ("pack fused", 2), ("pack given", 2), ("unpack", 1)):
         assert len(variants(f"foresight blocks {kernel}")) == count
     for _, k in _kernels(report, "segalign"):
-        assert (k["signature"]["H"], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
+        count = "D" if k["kernel"] == "_diagonal_scan_kernel" else "H"
+        assert (k["signature"][count], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
     for _, k in _kernels(report, "foresight"):
         sizes = {"_block_unpack_kernel": ("total", "NB"), "_block_scan_kernel": ("F", "NB"),
                  "_block_pack_kernel": ("F", "NB")}.get(k["kernel"], ("N0", "N1", "N2"))
