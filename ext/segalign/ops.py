@@ -34,10 +34,11 @@ from .seeds import seed_keys
 
 #: Host work of the CUDA path per strand on the budget test's 4 kbp pair (``tests/test_gpu_budgets.py``),
 #: seeding included: the filter is one launch of the diagonal-owner kernel per batch of hits (two syncs: the
-#: diagonals, then the extended hits; it was 13 syncs and ~50 launches in rounds driven from Python); the
-#: rest is seeding's tensor ops (the index, the look-ups: boolean masks), which remain to be fused.
+#: diagonals, then the extended hits), the HSPs' entropy, threshold and de-duplication take index tensors
+#: from one ``nonzero`` each; the rest sizes seeding's tensors (look-ups, hits).  Was 36 syncs and 332
+#: launches, with rounds driven from Python and boolean masks.
 GPU_BUDGETS = {
-    "filter": HostBudget("strand", syncs=25, launches=290, why="seeding's tensor ops; the filter in one launch"),
+    "filter": HostBudget("strand", syncs=13, launches=290, why="each variable-sized tensor is one nonzero"),
 }
 
 
@@ -230,8 +231,8 @@ def match_entropy(t_codes: torch.Tensor, q_codes: torch.Tensor, t_start: torch.T
     b = q_codes[q_start[rep] + off].to(torch.int64)
     match = (a < 4) & (a == b)  # LASTZ compares the letters themselves: soft-masked matches do not count
     counts = torch.zeros(M * 4, dtype=torch.float64, device=t_start.device)
-    counts.index_add_(0, (rep * 4 + (a & 3))[match], torch.ones(int(match.sum()), dtype=torch.float64,
-                                                                  device=t_start.device))
+    # every position adds 1 or 0 (integers: exact in any order), so no mask has to size a tensor on the host
+    counts.index_add_(0, rep * 4 + (a & 3), match.to(torch.float64))
     counts = counts.view(M, 4)
     n = counts.sum(1)
     p = counts / length.to(torch.float64).clamp(min=1)[:, None]
@@ -249,7 +250,7 @@ def remove_contained(h: HSPs) -> HSPs:
     # Three stable sorts, least significant key first: one combined int64 key (diag * big^2 + ...)
     # overflows once the sequences pass ~2 Mbp
     order = _lexsort(-end, h.q_start, diag)
-    big = int(end.max()) + 2
+    big = end.max() + 2  # (a tensor: no host sync)
     d, e = diag[order], end[order]
     same = torch.zeros_like(d, dtype=torch.bool)
     same[1:] = d[1:] == d[:-1]
@@ -258,7 +259,7 @@ def remove_contained(h: HSPs) -> HSPs:
     shifted = e + run_id * big
     prev_max = torch.cat([shifted.new_full((1,), -1), shifted.cummax(0).values[:-1]])
     contained = same & (shifted <= prev_max)
-    kept = order[~contained]
+    kept = order.index_select(0, torch.nonzero(~contained).reshape(-1))
     kept = kept[_lexsort(h.t_start[kept], h.q_start[kept])] if kept.numel() else kept
     return h.select(kept)
 
@@ -348,11 +349,13 @@ def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, sta
 
 def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSPs:
     """Entropy adjustment, the score threshold and removal of contained HSPs."""
+    # index tensors from one nonzero each, not boolean masks (each of which would be a host sync)
     if entropy:
-        adj = (sc >= hspthresh) & (sc <= 3 * hspthresh)
-        if bool(adj.any()):
-            q = match_entropy(t_codes, q_codes, ts[adj], qs[adj], ln[adj])
-            sc = sc.clone()
-            sc[adj] = torch.floor(sc[adj].to(torch.float64) * q).to(torch.int64)
-    keep = sc >= hspthresh
-    return remove_contained(HSPs(ts[keep], qs[keep], ln[keep], sc[keep], strand))
+        adj = torch.nonzero((sc >= hspthresh) & (sc <= 3 * hspthresh)).reshape(-1)
+        if adj.numel():
+            q = match_entropy(t_codes, q_codes, ts.index_select(0, adj), qs.index_select(0, adj),
+                              ln.index_select(0, adj))
+            low = torch.floor(sc.index_select(0, adj).to(torch.float64) * q).to(torch.int64)
+            sc = sc.index_put((adj,), low)
+    keep = torch.nonzero(sc >= hspthresh).reshape(-1)
+    return remove_contained(HSPs(*(x.index_select(0, keep) for x in (ts, qs, ln, sc)), strand))
