@@ -18,12 +18,12 @@ Cells outside the arrays read as the separator code (a wall), as in the torch tw
 :func:`torchhpc.ext.segalign.ops.xdrop_extend_torch`, which this kernel equals.
 
 ``_diagonal_scan_kernel`` is the whole filter of a batch in one launch, SegAlign's diagonal-owner design:
-one lane per diagonal walks that diagonal's hits in query order, skips a hit whose word ends inside the
-stretch its last extension scanned, and extends any other both ways with the same walk.  It equals the
+one lane per diagonal walks that diagonal's hits in query order, skips the hits whose words end inside the
+stretch its last extension scanned (a binary search), and extends the next one both ways with the same walk.  It equals the
 rounds of :func:`torchhpc.ext.segalign.ops.ungapped_hsps` (each round: every diagonal's next hit), which
 drove two launches and a dozen host syncs per round from Python.  Work: the cells walked (each extended
-hit's two X-drop walks) plus one query-position load per skipped hit; lanes of one program wait for their
-longest walk.
+hit's two X-drop walks) plus ~log2(hits of the diagonal) query-position loads per extension; lanes of one
+program wait for their longest walk.
 """
 
 from __future__ import annotations
@@ -148,14 +148,22 @@ def _diagonal_scan_kernel(
     reach = tl.full((BLOCK_D,), -1, dtype=tl.int64)
     active = own & (cur < stop)
     while tl.max(active.to(tl.int32), axis=0) > 0:
-        # 1. skip the hits inside the reach of the diagonal's last extension
+        # 1. skip the hits inside the reach of the diagonal's last extension: a binary search for the first
+        #    query end past it (hits are sorted by query end within a diagonal), so a dense diagonal (a
+        #    tandem repeat, a self-alignment's main diagonal) costs log2 of its hits, not one step each
         q = tl.load(q_end_ptr + cur, mask=active, other=0)
-        skip = active & (q <= reach)
-        while tl.max(skip.to(tl.int32), axis=0) > 0:
-            cur += skip.to(tl.int64)
-            active = active & (cur < stop)
-            q = tl.load(q_end_ptr + cur, mask=active, other=0)
-            skip = active & (q <= reach)
+        need = active & (q <= reach)
+        lo = tl.where(need, cur + 1, cur)
+        hi = tl.where(need, stop, cur)
+        while tl.max((lo < hi).to(tl.int32), axis=0) > 0:
+            go = lo < hi
+            mid = (lo + hi) // 2
+            inside = tl.load(q_end_ptr + mid, mask=go, other=0) <= reach
+            lo = tl.where(go & inside, mid + 1, lo)
+            hi = tl.where(go & (inside == 0), mid, hi)
+        cur = lo
+        active = active & (cur < stop)
+        q = tl.load(q_end_ptr + cur, mask=active, other=0)
         # 2. extend the next hit of each diagonal both ways, as ops.extend_hits does
         t = tl.load(t_end_ptr + cur, mask=active, other=0)
         lb, ll, _ = _xdrop_walk(t_ptr, q_ptr, table_ptr, t - 1, q - 1, active, nt, nq, xdrop, -1, BLOCK_D, TILE)

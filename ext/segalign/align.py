@@ -283,10 +283,12 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
         w.start()
 
     t0 = time.perf_counter()
-    hsps, stats = find_hsps(target, query, cfg, query_rc, on_strand=on_strand, plan=plan)
-    t_filter_end = time.perf_counter()
-    for w in workers:
-        w.join()
+    try:
+        hsps, stats = find_hsps(target, query, cfg, query_rc, on_strand=on_strand, plan=plan)
+    finally:  # a filter that fails after handing a strand on still waits for that strand's thread
+        t_filter_end = time.perf_counter()
+        for w in workers:
+            w.join()
     if errors:
         raise errors[0]
     alns = [a for strand in hsps for a in found[strand]]

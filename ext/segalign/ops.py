@@ -355,7 +355,7 @@ def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSP
         if adj.numel():
             q = match_entropy(t_codes, q_codes, ts.index_select(0, adj), qs.index_select(0, adj),
                               ln.index_select(0, adj))
-            low = torch.floor(sc.index_select(0, adj).to(torch.float64) * q).to(torch.int64)
+            low = torch.floor(sc.index_select(0, adj).to(torch.float64) * q).to(sc.dtype)
             sc = sc.index_put((adj,), low)
     keep = torch.nonzero(sc >= hspthresh).reshape(-1)
     return remove_contained(HSPs(*(x.index_select(0, keep) for x in (ts, qs, ln, sc)), strand))

@@ -275,5 +275,23 @@ def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypa
         monkeypatch.setattr(align, "gapped_alignments", broken)
         with pytest.raises(RuntimeError, match="minus strand"):
             align_sequences(t, q, cfg)
+        monkeypatch.setattr(align, "gapped_alignments", real)
+
+        # the filter failing after the plus strand went to its gapped thread: that thread is waited for
+        import inspect
+        import threading
+
+        def failing(real_scan):
+            def scan(*a, **k):
+                if inspect.signature(real_scan).bind(*a, **k).arguments["strand"] == "-":
+                    raise RuntimeError("filter failed on the minus strand")
+                return real_scan(*a, **k)
+            return scan
+
+        for name in ("ungapped_hsps", "ungapped_hsps_fused"):  # whichever the filter runs
+            monkeypatch.setattr(align, name, failing(getattr(align, name)))
+        with pytest.raises(RuntimeError, match="filter failed"):
+            align_sequences(t, q, cfg)
+        assert not [th for th in threading.enumerate() if th.name.startswith("gapped")]
     finally:
         torch.set_num_threads(old)
