@@ -9,3 +9,10 @@ def one_error_line(rc: int | None, err: str) -> str:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
     return lines[0]
+
+
+def one_line_from(main, capsys, argv: list[str]) -> str:
+    """Run a command's ``main(argv)`` in-process: exit status 1 and exactly one stderr line; that line."""
+    rc = main(argv)
+    assert rc == 1, f"exit {rc}"
+    return one_error_line(rc, capsys.readouterr().err)

@@ -141,6 +141,21 @@ def test_run_sweep_turbulence(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in rows)
 
 
+def test_run_sweeps_the_codec_from_a_config(tmp_path, capsys):
+    """`params: {codec: [planes, blocks]}` is a sweep axis: both codecs' rows are ok, hold the bound and carry the
+    same values (the same quantisation), whatever the codec."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(SWEEP.replace("params: {mode: rel, bound: [1.0e-4, 1.0e-2]}",
+                                 "params: {mode: rel, bound: 1.0e-2, codec: [planes, blocks]}"))
+    assert foresight.main(["run", "--config", str(cfg), "--set", f"run.root={tmp_path}"]) == 0
+    capsys.readouterr()
+    ours = [r for r in _rows(tmp_path) if r["compressor"] == "ours"]
+    assert len(ours) == 2 * 3 and all(r["status"] == "ok" for r in ours)
+    by = {(r["field"], "blocks" in r["params"]): r for r in ours}
+    for field in {r["field"] for r in ours}:
+        assert by[(field, True)]["absolute_error"] == by[(field, False)]["absolute_error"]
+
+
 @pytest.mark.distributed
 def test_run_over_two_torchrun_ranks_equals_one_process(tmp_path):
     """`--nproc 2` runs half the settings per rank and writes the same rows as one process (timings aside)."""

@@ -62,7 +62,13 @@ def test_blocks_codec_ratio_is_within_sz3s_reach_on_nyx(shared_data):
 
 
 def test_blocks_codec_bad_parameters_are_one_error():
+    from torchhpc.ext.foresight.blocks import blocks_encode_many
+
     x = awkward_field()
+    with pytest.raises(InputError, match="one dtype on one device"):
+        blocks_encode_many([x, x.double()], [0.1, 0.1])
+    with pytest.raises(InputError, match="one bound per field"):
+        blocks_encode_many([x, x], [0.1])
     with pytest.raises(InputError, match="codec must be one of auto, planes, blocks"):
         compress(x, "ours", mode="abs", bound=0.1, codec="cuszp")
     with pytest.raises(InputError, match="predictor must be one of"):

@@ -7,7 +7,7 @@ one ``pliner find --model`` uses); its own checks are at the end of this file.
 from __future__ import annotations
 
 import pytest
-from harness.cli import one_error_line
+from harness.cli import one_line_from
 
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.usercode import describe_exception, load_function
@@ -49,9 +49,7 @@ def kernels(tmp_path):
 
 def _one_line(capsys, argv: list[str]) -> str:
     """Run the CLI in-process: exit 1 and exactly one stderr line, no traceback."""
-    rc = main(argv)
-    assert rc == 1
-    return one_error_line(rc, capsys.readouterr().err)
+    return one_line_from(main, capsys, argv)
 
 
 def test_an_exception_in_the_function_is_one_line(kernels, capsys):

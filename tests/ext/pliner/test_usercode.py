@@ -4,7 +4,7 @@ that is not finite -- one line and exit 1 each."""
 from __future__ import annotations
 
 import pytest
-from harness.cli import one_error_line
+from harness.cli import one_line_from
 
 from torchhpc.trainers.pliner import main
 
@@ -42,9 +42,7 @@ def models(tmp_path):
 
 def _one_line(capsys, argv: list[str]) -> str:
     """Run the CLI in-process: exit 1 and exactly one stderr line, no traceback."""
-    rc = main(argv)
-    assert rc == 1
-    return one_error_line(rc, capsys.readouterr().err)
+    return one_line_from(main, capsys, argv)
 
 
 def test_a_reference_that_is_not_finite_is_an_error(models, capsys):

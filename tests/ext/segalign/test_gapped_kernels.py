@@ -201,27 +201,32 @@ def test_compiled_anchors_equal_numpy_reference():
     assert a[0][0] == b[0][0] == 1000 + 15
 
 
+def _on_one_and_two_threads(t, q, cfg):
+    """``align_sequences`` with one torch thread, then two; the caller's thread count restored."""
+    import torch
+
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = align_sequences(t, q, cfg)
+        torch.set_num_threads(2)
+        return one, align_sequences(t, q, cfg)
+    finally:
+        torch.set_num_threads(old)
+
+
 def test_the_gpu_filter_overlaps_the_gapped_stage_with_the_same_output(monkeypatch):
     """The GPU's path (the Triton filter, interpreted here, one task after the other) with two threads hands
     the plus strand to a gapped thread as soon as its last interval is filtered, before the minus strand's
     first: the alignments are the one-thread run's, which does not overlap."""
     import inspect
 
-    import torch
-
     from torchhpc.ext.segalign import align
 
     sim = simulate_pair(6000, substitution_rate=0.05, inversions=1, inversion_length=1500, seed=2)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     cfg = AlignConfig(interval=2000, backend="triton")
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = align_sequences(t, q, cfg)
-        torch.set_num_threads(2)
-        two = align_sequences(t, q, cfg)
-    finally:
-        torch.set_num_threads(old)
+    one, two = _on_one_and_two_threads(t, q, cfg)
     assert two.stats["backend"] == "triton" and two.stats.get("overlapped") and not one.stats.get("overlapped")
     assert {a.strand for a in one.alignments} == {"+", "-"}
     assert [(a.strand, a.t_start, a.q_start, a.score, a.t_text) for a in two.alignments] == [
@@ -256,12 +261,10 @@ def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypa
         return [(a.strand, a.t_start, a.t_end, a.q_start, a.q_end, a.score, a.t_text, a.q_text)
                 for a in res.alignments]
 
+    one, two = _on_one_and_two_threads(t, q, cfg)
     old = torch.get_num_threads()
     try:
-        torch.set_num_threads(1)
-        one = align_sequences(t, q, cfg)
         torch.set_num_threads(2)
-        two = align_sequences(t, q, cfg)
         assert two.stats.get("overlapped") and not one.stats.get("overlapped")
         assert {a.strand for a in one.alignments} == {"+", "-"} and key(two) == key(one)
 
