@@ -110,8 +110,8 @@ class SeedIndex:
     pattern: str
     offsets: torch.Tensor | None = None
     """``(4**weight + 1,)`` start of each key's run in ``ends`` (int64; int32 from the compiled counting
-    sort): a counting-sort table, as SegAlign's index table; built for weights up to 12 when the
-    target fills it well enough, else look-ups use ``searchsorted`` on ``keys``"""
+    sort): a counting-sort table, as SegAlign's index table; built for weights up to 12 whatever the
+    target's size (the one-pass filter needs it), else look-ups use ``searchsorted`` on ``keys``"""
     present: torch.Tensor | None = None
     """``(4**weight,)`` bool: the key occurs (with ``offsets``); an eighth of the table's bytes, so the
     many look-ups of absent keys stay in cache"""
@@ -142,10 +142,8 @@ def build_index(codes: torch.Tensor, pattern: str, step: int = 1, backend: str =
         from .index_kernels import count_index_numba
 
         # the same table as below, by a compiled counting sort over the codes (no keys, argsort or bincount)
-        built = count_index_numba(codes, pattern, step)
-        if built is not None:
-            ends, offsets, present = built
-            return SeedIndex(None, ends, pattern, offsets, present)
+        ends, offsets, present = count_index_numba(codes, pattern, step)
+        return SeedIndex(None, ends, pattern, offsets, present)
     return _build_index_torch(seed_keys(codes, pattern, backend="numba" if compiled else "torch"), pattern, step)
 
 
@@ -159,7 +157,7 @@ def _build_index_torch(keys: torch.Tensor, pattern: str, step: int) -> SeedIndex
     keys, order = torch.sort(keys, stable=True)
     offsets = None
     weight = pattern.count("1")
-    if weight <= DIRECT_TABLE_MAX_WEIGHT and 4 ** weight <= 64 * max(keys.numel(), 1):
+    if weight <= DIRECT_TABLE_MAX_WEIGHT:
         counts = torch.bincount(keys, minlength=4 ** weight)
         offsets = torch.zeros(4 ** weight + 1, dtype=torch.int64, device=keys.device)
         torch.cumsum(counts, 0, out=offsets[1:])
