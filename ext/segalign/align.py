@@ -263,17 +263,20 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     The strands' alignments do not depend on each other (each has its own walls), so the output is
     the same as one stage after the other."""
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     sets = {"+": query, "-": query_rc}
-    n_strands = 2 if cfg.strand == "both" else 1
-    inner = max(threads // n_strands, 1)  # the strands' gapped stages share the threads
     found: dict[str, list] = {}
     errors: list[BaseException] = []
     workers: list[threading.Thread] = []
+    # one pool of extension workers for both strands: a strand whose anchors run out leaves the threads
+    # to the other (each strand's thread only commits its results, in its anchor order)
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="gapped")
 
     def extend(strand, h):
         try:
-            found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=inner)
+            found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=threads,
+                                              pool=pool)
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
 
@@ -289,6 +292,7 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
         t_filter_end = time.perf_counter()
         for w in workers:
             w.join()
+        pool.shutdown(wait=True)
     if errors:
         raise errors[0]
     alns = [a for strand in hsps for a in found[strand]]

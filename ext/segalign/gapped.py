@@ -27,13 +27,16 @@ every alignment found is a wall for later extensions (:class:`Walls`: every cell
 path passes through, gap cells included, so a later extension can neither share a
 cell with it nor cross it), so a repeat gives its own block instead of running into
 the main one and no two blocks share an aligned pair; alignments scoring under
-``gappedthresh`` are dropped.  Anchors are extended in batches (side by side on
-``--threads``) speculatively: each extension reports the cells it computed, and one
-whose computed cells meet a wall added by an earlier anchor of its batch is extended
-again, so the alignments are those of the one-by-one order whatever the batch size.
+``gappedthresh`` are dropped.  With several threads the compiled extensions run ahead of that order
+on a pool of workers and are committed in it (:func:`gapped_alignments`): one whose computed cells
+meet an alignment committed after it started is extended again, so the alignments are those of the
+one-by-one order whatever the threads.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections import deque
 
 import numpy as np
 import torch
@@ -47,12 +50,6 @@ from .output import Alignment
 from .walls import Walls
 
 NEG = -(1 << 29)
-
-NUMPY_MAX_BATCH = 1
-"""Largest batch of anchors of the NumPy kernel (it extends one anchor after the other: a batch saves nothing)."""
-
-NUMBA_BATCH_PER_THREAD = 1
-"""Anchors of the numba kernel's batches per thread (its extensions run side by side on ``--threads``)."""
 
 
 def _at(vals: np.ndarray, lo: int, I: np.ndarray) -> np.ndarray:
@@ -264,22 +261,43 @@ def _alignment(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: 
                      strand, score, tt, qt)
 
 
-def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
-                      first_batch: int = 1, max_batch: int | None = None, kernel: str = "numpy",
-                      threads: int = 1) -> list[Alignment]:
+LOOKAHEAD_PER_THREAD = 4
+"""Anchors ahead of the commit point the compiled kernel's extensions may run on (per thread)."""
+
+NEAR_DIAGONALS = 4096
+"""An anchor within this many diagonals of an earlier uncommitted one waits for it: it most likely lies
+on that anchor's alignment (a long one: the pair's backbone), where extending it would be wasted."""
+
+
+def _meets(log: list, version: int, box: np.ndarray) -> bool:
+    """Whether an alignment committed since ``version`` (``log[version:]``) has a cell inside ``box``'s rows."""
+    for ct, cq, bb in log[version:]:
+        for bx in box:
+            if bb[0] > bx[1] or bb[1] < bx[0] or bb[2] > bx[3] or bb[3] < bx[2]:
+                continue
+            if ((ct >= bx[0]) & (ct <= bx[1]) & (cq >= bx[2]) & (cq <= bx[3])).any():
+                return True
+    return False
+
+
+def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, kernel: str = "numpy",
+                      threads: int = 1, pool=None, lookahead: int | None = None,
+                      counters: dict | None = None) -> list[Alignment]:
     """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set.
 
-    ``kernel``: ``numpy`` (:func:`ydrop_extend`, the readable reference) or ``numba``
-    (:func:`.gapped_kernels.ydrop_extend_numba`, the same cells compiled, ``threads`` extensions of a
-    batch side by side).  The result is that of extending the anchors one by one, best HSP first (an
-    extension whose computed cells meet a wall added within its batch is run again), so it depends on
-    neither the kernel nor the batches nor ``threads``.  Batches double from ``first_batch`` up to
-    ``max_batch`` (default: 1 for numpy, which extends one anchor after the other; ``threads`` for numba,
-    whose cost is per extension).
+    ``kernel``: ``numpy`` (:func:`ydrop_extend`, the readable reference, one anchor after the other) or
+    ``numba`` (:func:`.gapped_kernels.ydrop_extend_numba`, the same cells compiled).  With ``threads > 1``
+    the compiled extensions run on a pool of worker threads (``pool``, shared with other strands; default:
+    one made for the call) while this thread commits the results in anchor order: the anchors within
+    ``lookahead`` (default :data:`LOOKAHEAD_PER_THREAD` per thread) of the commit point are extended
+    ahead with the walls known when each started, except those near an earlier uncommitted anchor
+    (:data:`NEAR_DIAGONALS`); at its turn an anchor now lying on an alignment is skipped, and one whose
+    computed cells meet an alignment committed since it started is extended again.  No barrier: a long
+    extension holds up only the commits behind it, never the other threads.  The result is that of
+    extending the anchors one by one, best HSP first, so it depends on neither the kernel nor ``threads``.
+    ``counters`` (optional dict): ``speculated``, ``redone`` and ``wasted`` (extended ahead, then skipped)
+    are added to it.
     """
-    if max_batch is None:
-        max_batch = NUMBA_BATCH_PER_THREAD * max(threads, 1) if kernel == "numba" else NUMPY_MAX_BATCH
-    first_batch = min(first_batch, max_batch)
     if len(h) == 0:
         return []
     sc = cfg.scoring_scheme()
@@ -289,58 +307,84 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg,
     order = torch.argsort(h.score, descending=True, stable=True).numpy()
     at, aq = hsp_anchors(h, t_codes, q_codes, table)
     at, aq = at[order], aq[order]
+    diag = at - aq
     walls = Walls(q_codes.size)
+    log: list[tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]] = []  # committed: cells, their box
     results: list[tuple[int, Alignment]] = []
-    pos, batch, n = 0, first_batch, at.size
     if kernel == "numba":
-        from .gapped_kernels import ydrop_extend_numba
-
-        def extend(*args):
-            return ydrop_extend_numba(*args, boxes=True, threads=threads)
+        from .gapped_kernels import ydrop_extend_numba as extend_many
     else:
-        def extend(*args):
-            return ydrop_extend(*args, boxes=True)
+        extend_many = ydrop_extend
+    dirs = np.array([1, -1], np.int64)
 
-    def both_ways(ts, qs):
-        k = ts.size
-        dirs = np.concatenate([np.ones(k, np.int64), -np.ones(k, np.int64)])
-        best, pt, pq, box = extend(t_codes, q_codes, np.concatenate([ts, ts - 1]), np.concatenate([qs, qs - 1]),
-                                   dirs, table, sc.gap_open, sc.gap_extend, cfg.ydrop, walls)
-        return [(int(best[m] + best[k + m]), pt[m], pq[m], pt[k + m], pq[k + m], box[[m, k + m]])
-                for m in range(k)]
+    def both_ways(ta: int, qa: int):
+        # (version, score, forward path t/q, backward path t/q, boxes (2, 4)) of one anchor; version: the
+        # alignments committed when it started (read before the walls: it sees at least those)
+        version = len(log)
+        best, pt, pq, box = extend_many(t_codes, q_codes, np.array([ta, ta - 1]), np.array([qa, qa - 1]), dirs,
+                                        table, sc.gap_open, sc.gap_extend, cfg.ydrop, walls, boxes=True)
+        return version, int(best[0] + best[1]), pt[0], pq[0], pt[1], pq[1], box
 
-    while pos < n:
-        # the next `batch` anchors not lying on an alignment already found (LASTZ skips those too)
-        picked = []
-        while pos < n and len(picked) < batch:
-            if not walls.on(int(at[pos]), int(aq[pos])):
-                picked.append(pos)
-            pos += 1
-        if not picked:
-            break
-        bt, bq = at[picked], aq[picked]
-        ext = both_ways(bt, bq)
-        added: list[tuple[np.ndarray, np.ndarray]] = []  # cells of the alignments found in this batch
-        for m in range(len(picked)):
-            ta, qa = int(bt[m]), int(bq[m])
-            if m and walls.on(ta, qa):
+    ahead = threads > 1 and kernel == "numba"
+    window = (lookahead if lookahead is not None else LOOKAHEAD_PER_THREAD * threads) if ahead else 0
+    own = None
+    if ahead and pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        own = pool = ThreadPoolExecutor(threads, thread_name_prefix="gapped")
+    tally = {"speculated": 0, "redone": 0, "wasted": 0}
+    pending: deque[list] = deque()  # [anchor, future or None], in anchor order
+    pos, n = 0, at.size
+    try:
+        while True:
+            while pos < n and len(pending) <= window:  # the anchors ahead of the commit point
+                if not walls.on(int(at[pos]), int(aq[pos])):
+                    pending.append([pos, None])
+                pos += 1
+            if not pending:
+                break
+            if ahead:  # start those not near an earlier pending anchor
+                for k, entry in enumerate(pending):
+                    i = entry[0]
+                    if entry[1] is None and all(abs(int(diag[i] - diag[e[0]])) > NEAR_DIAGONALS
+                                                      for e in itertools.islice(pending, k)):
+                        if not walls.on(int(at[i]), int(aq[i])):
+                            entry[1] = pool.submit(both_ways, int(at[i]), int(aq[i]))
+                            tally["speculated"] += 1
+            i, fut = pending.popleft()
+            ta, qa = int(at[i]), int(aq[i])
+            if walls.on(ta, qa):  # on an alignment committed since it was picked: LASTZ skips it
+                if fut is not None and not fut.cancel():
+                    tally["wasted"] += 1
                 continue
-            box = ext[m][5]
-            if any(((ct >= bx[0]) & (ct <= bx[1]) & (cq >= bx[2]) & (cq <= bx[3])).any()
-                   for ct, cq in added for bx in box):
-                ext[m] = both_ways(bt[m:m + 1], bq[m:m + 1])[0]  # a wall of this batch in its way: again
-            score, ft, fq, rt, rq, _ = ext[m]
+            ext = fut.result() if fut is not None else both_ways(ta, qa)
+            if fut is not None and _meets(log, ext[0], ext[6]):
+                ext = both_ways(ta, qa)  # an alignment committed since it started is in its way: again
+                tally["redone"] += 1
+            _, score, ft, fq, rt, rq, _ = ext
             if score < thresh:
                 continue
             rt, rq = rt[::-1], rq[::-1]
             tpos = np.concatenate([np.where(rt >= 0, ta - 1 - rt, -1), np.where(ft >= 0, ta + ft, -1)])
             qpos = np.concatenate([np.where(rq >= 0, qa - 1 - rq, -1), np.where(fq >= 0, qa + fq, -1)])
-            added.append(walls.add(tpos, qpos))
+            ct, cq = walls.add(tpos, qpos)
+            if ct.size:
+                log.append((ct, cq, (int(ct.min()), int(ct.max()), int(cq[0]), int(cq[-1]))))
             # kept as text at once (2 bytes a column, not the 16 of the positions)
             results.append((score, _alignment(target, query, tpos, qpos, h.strand, score)))
-        batch = min(batch * 2, max_batch)
+    finally:
+        for _, fut in pending:
+            if fut is not None:
+                fut.cancel()
+        if own is not None:
+            own.shutdown(wait=True, cancel_futures=True)
+    if counters is not None:
+        for k, v in tally.items():
+            counters[k] = counters.get(k, 0) + v
     out = [a for _, a in sorted(results, key=lambda r: -r[0])]
     # LASTZ's order: by target position (records in file order), then query
     order_keys = {id(a): (target.names.index(a.t_name), a.t_start, a.q_start) for a in out}
     out.sort(key=lambda a: order_keys[id(a)])
     return out
+
+

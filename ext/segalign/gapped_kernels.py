@@ -330,7 +330,9 @@ if numba_available():
                         on = _on_wall(wlo, whi, uq, ut)
                         if not on and use_rows:
                             r = wrow[uq]
-                            if r >= 0:  # the base's further intervals, in its overflow row
+                            # the base's further intervals, in its overflow row (a row added after this
+                            # extension took the table, by a commit running beside it, is not in it)
+                            if r >= 0 and r < olo.shape[0]:
                                 on = _on_wall(olo, ohi, r, ut)
                         if on:
                             Hn[I - base] = NEG

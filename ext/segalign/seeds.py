@@ -110,8 +110,9 @@ class SeedIndex:
     pattern: str
     offsets: torch.Tensor | None = None
     """``(4**weight + 1,)`` start of each key's run in ``ends`` (int64; int32 from the compiled counting
-    sort): a counting-sort table, as SegAlign's index table; built for weights up to 12 whatever the
-    target's size (the one-pass filter needs it), else look-ups use ``searchsorted`` on ``keys``"""
+    sort): a counting-sort table, as SegAlign's index table; built for weights up to 12, by the compiled
+    counting sort whatever the target's size (its one-pass filter needs it), by tensor ops when the target
+    fills it well enough; else look-ups use ``searchsorted`` on ``keys``"""
     present: torch.Tensor | None = None
     """``(4**weight,)`` bool: the key occurs (with ``offsets``); an eighth of the table's bytes, so the
     many look-ups of absent keys stay in cache"""
@@ -157,7 +158,7 @@ def _build_index_torch(keys: torch.Tensor, pattern: str, step: int) -> SeedIndex
     keys, order = torch.sort(keys, stable=True)
     offsets = None
     weight = pattern.count("1")
-    if weight <= DIRECT_TABLE_MAX_WEIGHT:
+    if weight <= DIRECT_TABLE_MAX_WEIGHT and 4 ** weight <= 64 * max(keys.numel(), 1):
         counts = torch.bincount(keys, minlength=4 ** weight)
         offsets = torch.zeros(4 ** weight + 1, dtype=torch.int64, device=keys.device)
         torch.cumsum(counts, 0, out=offsets[1:])

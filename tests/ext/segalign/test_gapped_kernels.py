@@ -88,6 +88,50 @@ def test_numba_alignments_equal_numpy_and_do_not_depend_on_threads():
         assert key(gapped_alignments(hsps, t, q, cfg, kernel="numba", threads=threads)) == ref
 
 
+class _AtOnce:
+    """An executor that runs each task as it is submitted: an extension started ahead sees only the walls
+    committed before its submission (the most stale a worker can be, and deterministic)."""
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        f = Future()
+        f.set_result(fn(*args))
+        return f
+
+
+def test_extensions_ahead_of_the_commit_point_are_redone_or_dropped_exactly(monkeypatch):
+    """Every anchor extended ahead at once, before any alignment is committed (none held back as near an
+    earlier one): at their turns some are extended again and some dropped as lying on an alignment, and
+    the alignments are the one-by-one ones (one thread; the kernel equals the NumPy reference above);
+    without the re-extension they are not.  Then the same on three real worker threads."""
+    from torchhpc.ext.segalign import gapped
+    from torchhpc.ext.segalign.gapped import gapped_alignments
+
+    sim = simulate_pair(12_000, substitution_rate=0.1, indel_rate=0.01, inversions=2, inversion_length=3000,
+                        duplications=4, duplication_length=1500, repeats=((800, 6, 0.02), (300, 12, 0.05)), seed=0)
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+    cfg = AlignConfig()
+    hsps = align_sequences(t, q, AlignConfig(gapped=False)).hsps["+"]
+
+    def key(alns):
+        return [(a.t_start, a.t_end, a.q_start, a.q_end, a.score, a.t_text, a.q_text) for a in alns]
+
+    def ahead(**kw):
+        return key(gapped_alignments(hsps, t, q, cfg, kernel="numba", threads=2, lookahead=16, **kw))
+
+    ref = key(gapped_alignments(hsps, t, q, cfg, kernel="numba", threads=1))
+    monkeypatch.setattr(gapped, "NEAR_DIAGONALS", -1)
+    counters: dict = {}
+    assert ahead(pool=_AtOnce(), counters=counters) == ref and len(ref) > 5
+    assert counters["speculated"] > len(ref) and counters["redone"] > 0 and counters["wasted"] > 0
+    threaded: dict = {}
+    got = key(gapped_alignments(hsps, t, q, cfg, kernel="numba", threads=3, lookahead=16, counters=threaded))
+    assert got == ref and threaded["speculated"] > len(ref)
+    monkeypatch.setattr(gapped, "_meets", lambda *a: False)  # never extended again: not the reference
+    assert ahead(pool=_AtOnce()) != ref
+
+
 def _long_indel_case(rng, gap, insertion):
     """A 5%-diverged pair of ~1.2 kbp whose query lacks (or, with ``insertion``, gains) ``gap`` bases in the middle."""
     n = int(rng.integers(1000, 1400))
