@@ -10,8 +10,9 @@ Gauss-Newton and multiplicative updates, on one process or a 1D / 2D torch.distr
     out = cluster(g.A, SolverOptions(k=10), device="cuda")    # where A and H live (default: auto)
 
 The defaults factorise the normalised similarity ``D^-1/2 A D^-1/2`` from the spectral (NNDSVD) start
-of :mod:`.spectral`, one start; ``cluster(A, SolverOptions(k, init="random"), normalize="none")`` is the
-unnormalised problem from a seeded random start, as before those defaults.
+of :mod:`.spectral`, one start, and label by argmax or k-means, whichever fits better
+(:func:`~.clustering.assign_clusters`); ``cluster(A, SolverOptions(k, init="random", assign="argmax"),
+normalize="none")`` is the unnormalised problem from a seeded random start, as before those defaults.
 
 The command ``torchhpc symnmf run/segment`` is :mod:`.commands`; its options are :mod:`.config`.
 """

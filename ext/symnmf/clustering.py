@@ -1,7 +1,18 @@
-"""One call from a similarity matrix to clusters (check, convert, solve, label), and how good they are."""
+"""One call from a similarity matrix to clusters (check, convert, solve, label), and how good they are.
+
+Labels from ``H`` (:func:`assign_clusters`, ``SolverOptions.assign``): the argmax of each row (Kuang, Ding
+& Park's rounding), k-means on the rows of ``D^-1/2 H`` (spectral clustering's rounding of its
+embedding), or ``auto``: of those two partitions, the one whose best one-cluster-per-node factor fits
+``A`` better.  For a partition into clusters ``C``, the nonnegative ``H`` with one nonzero per row on
+that partition is block-diagonal in ``H H^T``, and its least residual is ``||A||^2 - sum_C
+lambda_1(A_CC)^2`` (the best rank-one nonnegative fit of a nonnegative block is its Perron pair), so
+``auto`` keeps the partition with the larger :func:`hard_fit`: the SymNMF objective itself, restricted
+to hard clusterings; no ground truth is involved.
+"""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from torchhpc.ext.core.device import pick_device
+from torchhpc.ext.core.errors import InputError
 
 from .config import SolverOptions
 from .graphs import check_similarity, cluster_labels, normalize_similarity, to_torch
@@ -19,10 +31,12 @@ from .solvers import DTYPES, SymNMFResult, symnmf
 @dataclass
 class ClusterResult:
     labels: np.ndarray
-    """``(n,)`` argmax of each row of ``H`` (``-1`` for isolated nodes)."""
+    """``(n,)`` each node's cluster (``-1`` for isolated nodes), by :func:`assign_clusters`."""
     result: SymNMFResult
     normalize: str = "sym"
     """The scaling applied to ``A`` before it was factorised (``sym``: ``D^-1/2 A D^-1/2``; ``none``)."""
+    assigned_by: str = "argmax"
+    """The rounding that gave ``labels``: ``argmax`` or ``kmeans`` (what ``auto`` chose)."""
 
 
 def choose_layout(A: sp.csr_matrix, layout: str = "auto") -> bool:
@@ -53,11 +67,84 @@ def cluster(A: sp.spmatrix | np.ndarray | torch.Tensor, opts: SolverOptions, *, 
     if isinstance(A, torch.Tensor):
         A = A.to_dense().cpu().double().numpy() if A.layout != torch.strided else A.cpu().double().numpy()
     A, _ = check_similarity(A, opts.k, symmetrize=symmetrize)
+    degrees = np.asarray(A.sum(axis=1)).ravel()
     A = normalize_similarity(A, normalize)
     dev = pick_device(device)
     At = to_torch(A, dense=choose_layout(A, layout), dtype=DTYPES[opts.dtype], device=dev)
     res = symnmf(LocalSimilarity(At), opts, callback=callback)
-    return ClusterResult(cluster_labels(res.H), res, normalize)
+    labels, how = assign_clusters(res.H, A, opts.assign, seed=opts.seed, degrees=degrees if normalize == "sym" else None)
+    return ClusterResult(labels, res, normalize, how)
+
+
+#: relative margin by which k-means' hard fit must beat argmax's for ``auto`` to take it
+FIT_TIE = 1e-9
+
+#: blocks up to this many nodes get a dense eigensolver in :func:`hard_fit`, larger ones Lanczos
+DENSE_BLOCK_MAX = 600
+
+
+def hard_fit(A: sp.spmatrix, labels: np.ndarray) -> float:
+    """``sum_C lambda_1(A_CC)^2`` over the clusters ``C`` of ``labels`` (``-1``: left out): ``||A||_F^2``
+    minus the least ``||A - H H^T||_F^2`` over nonnegative ``H`` with one nonzero per row on this partition."""
+    from scipy.sparse.linalg import eigsh
+
+    A = sp.csr_matrix(A)
+    total = 0.0
+    for c in np.unique(labels[labels >= 0]):
+        idx = np.flatnonzero(labels == c)
+        B = A[idx][:, idx]
+        if B.nnz == 0:
+            continue
+        if idx.size <= DENSE_BLOCK_MAX:
+            lam = float(np.linalg.eigvalsh(B.toarray())[-1])
+        else:  # the Perron root of a nonnegative block is its largest eigenvalue
+            lam = float(eigsh(B.astype(np.float64), k=1, which="LA", return_eigenvectors=False)[0])
+        total += max(lam, 0.0) ** 2
+    return total
+
+
+def kmeans_labels(H: torch.Tensor, k: int, seed: int = 0, degrees: np.ndarray | None = None) -> np.ndarray:
+    """k-means (scikit-learn, 10 starts seeded by ``seed``) on the rows of ``D^-1/2 H`` (``degrees``: the
+    diagonal of ``D``; ``None``: the rows of ``H``); rows of ``H`` that are all zero get ``-1``."""
+    from sklearn.cluster import KMeans
+
+    X = H.detach().cpu().double().numpy()
+    live = X.max(axis=1) > 0
+    labels = np.full(X.shape[0], -1, dtype=np.int64)
+    if degrees is not None:
+        X = X / np.sqrt(np.maximum(np.asarray(degrees, dtype=np.float64), np.finfo(np.float64).tiny))[:, None]
+    n_live = int(live.sum())
+    if n_live == 0:
+        return labels
+    with warnings.catch_warnings():  # fewer distinct rows than k: scikit-learn warns and still labels them
+        warnings.simplefilter("ignore")
+        labels[live] = KMeans(n_clusters=min(k, n_live), n_init=10, random_state=seed).fit_predict(X[live])
+    return labels
+
+
+def assign_clusters(H: torch.Tensor, A: sp.spmatrix, how: str = "auto", *, seed: int = 0,
+                    degrees: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+    """Each node's cluster from the factor ``H`` of ``A`` (the matrix that was factorised), and which
+    rounding gave it (see the module docstring): ``argmax``, ``kmeans`` (on ``D^-1/2 H`` with ``degrees``,
+    the row sums before the ``sym`` scaling; on ``H`` without them) or ``auto`` (the larger
+    :func:`hard_fit`; argmax on a tie, within a relative :data:`FIT_TIE`).
+
+    Raises:
+        InputError: an unknown ``how``.
+    """
+    if how not in ("auto", "argmax", "kmeans"):
+        raise InputError(f"assign must be auto, argmax or kmeans; got {how!r}")
+    by_max = cluster_labels(H)
+    if how == "argmax":
+        return by_max, "argmax"
+    by_means = kmeans_labels(H, H.shape[1], seed, degrees)
+    if how == "kmeans":
+        return by_means, "kmeans"
+    # the same partition numbered otherwise sums its blocks in another order: a tie within rounding
+    fit_max = hard_fit(A, by_max)
+    if hard_fit(A, by_means) > fit_max * (1 + FIT_TIE):
+        return by_means, "kmeans"
+    return by_max, "argmax"
 
 
 def clustering_scores(truth: np.ndarray, labels: np.ndarray) -> dict[str, float]:

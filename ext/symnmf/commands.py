@@ -68,8 +68,8 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
 
     from torchhpc.ext.core.runs import atomic_torch_save, atomic_write_text
 
-    from .clustering import choose_layout, clustering_scores
-    from .graphs import cluster_labels, load_graph, to_torch
+    from .clustering import assign_clusters, choose_layout, clustering_scores
+    from .graphs import load_graph, to_torch
     from .solvers import DTYPES, eigengap_k, symnmf
 
     with warnings.catch_warnings(record=True) as caught:
@@ -107,11 +107,13 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
     res = symnmf(op, cfg.solver, callback=log)
     bar.close()
     H = gather_rows(res.H, op) if ctx.world_size > 1 else res.H
+    labels, assigned_by = assign_clusters(H, g.A, cfg.solver.assign, seed=cfg.solver.seed,
+                                          degrees=g.degrees if cfg.graph.normalize == "sym" else None)
     wall = time.perf_counter() - t0
-    labels = cluster_labels(H)
     summary = {"graph": g.source, "n": g.n, "nnz": int(g.A.nnz), "k": cfg.solver.k,
                "eigengap_k": eigengap_k(res.eigenvalues), "normalize": cfg.graph.normalize,
                "init": cfg.solver.init, "restarts": cfg.solver.restarts, "kept_start": res.restart,
+               "assign": cfg.solver.assign, "assigned_by": assigned_by,
                "start_residuals": res.restart_residuals, "algo": cfg.solver.algo,
                "layout": "dense" if dense else "sparse", "processes": pr * pc, "grid": [pr, pc],
                "residual": res.residual, "pgrad": res.pgrad, "iterations": res.iterations,
@@ -150,7 +152,7 @@ def _report(summary: dict, as_json: bool) -> None:
     gap = f" (largest eigengap at {summary['eigengap_k']})" if summary.get("eigengap_k") else ""
     kept = f", kept start {summary['kept_start']}" if summary["restarts"] > 1 else ""
     print(f"symnmf {summary['algo']}: n={summary['n']} k={summary['k']}{gap}, normalize {summary['normalize']}, "
-          f"init {summary['init']}, restarts {summary['restarts']}{kept}: residual {summary['residual']:.6f} "
+          f"init {summary['init']}, restarts {summary['restarts']}{kept}, labels by {summary['assigned_by']}: residual {summary['residual']:.6f} "
           f"after {summary['iterations']} iterations ({summary['stopped_by']}), {summary['time_s']:.2f} s"
           f"{scores}\n  -> {summary['run_dir']}", flush=True)
     for note in summary.get("warnings", []):

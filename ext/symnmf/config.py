@@ -45,6 +45,10 @@ class SolverOptions(Options):
                               "the residual", ge=0)
     mu_beta: float = option(0.5, help="mu: H <- H * ((1 - beta) + beta * AH / (H H^T H))", gt=0, le=1)
     dtype: str = option("float64", help="float32 | float64", choices=["float32", "float64"])
+    assign: str = option("auto", help="labels from H: argmax of each row (Kuang et al.) | kmeans (k-means on "
+                         "the rows of D^-1/2 H, as spectral clustering rounds) | auto: of the two, the partition "
+                         "whose best one-cluster-per-node factor fits A better (the SymNMF objective restricted to "
+                         "hard clusterings)", choices=["auto", "argmax", "kmeans"])
 
 
 @dataclass
@@ -103,7 +107,8 @@ class SymnmfJob(Options):
     json: bool = option(False, help="print one JSON object (residual, iterations, time, ARI/NMI) on stdout",
                         flag="--json")
     plot: bool = option(True, help="write convergence.png")
-    save_h: bool = option(True, help="write H.pt (the factor) and labels.txt (argmax of each row)")
+    save_h: bool = option(True, help="write H.pt (the factor) and labels.txt (each node's cluster, by "
+                          "solver.assign)")
     run: RunOptions = option(default_factory=RunOptions, help="run folder")
 
     def __post_init__(self) -> None:

@@ -47,6 +47,8 @@ class Graph:
     labels: np.ndarray | None = None
     """``(n,)`` int ground truth (``-1``: unknown), or ``None``."""
     source: str = ""
+    degrees: np.ndarray | None = None
+    """``(n,)`` row sums of ``A`` as checked, before any normalisation (set by :func:`load_graph`)."""
 
     @property
     def n(self) -> int:
@@ -435,6 +437,7 @@ def load_graph(opts: GraphOptions, k: int) -> Graph:
     if opts.labels is not None:
         g.labels = read_labels(opts.labels, g.node_ids)
     A, _ = check_similarity(g.A, k, symmetrize=opts.symmetrize, where=g.source or "A")
+    g.degrees = np.asarray(A.sum(axis=1)).ravel()
     g.A = normalize_similarity(A, opts.normalize)
     return g
 
