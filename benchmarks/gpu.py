@@ -13,7 +13,7 @@ a PNG of the ratios, and a table on stdout.
 | step | ours | anchor | figure |
 |---|---|---|---|
 | kernels | every Triton kernel test, compiled on the GPU (``gpu``-marked ones too) | the torch twins | passed / failed / skipped |
-| segalign | ``torchhpc align`` on CUDA + all cores, and on all cores; whole and ``--nogapped`` | LASTZ 1.04 on one core, the same options | LASTZ s / ours s |
+| segalign | ``torchhpc align`` on CUDA + all cores, and on all cores; whole and ``--nogapped``; whole with ``--gapped-by triton`` (and whether its MAF is the same bytes) | LASTZ 1.04 on one core, the same options | LASTZ s / ours s |
 | ccsdt | E(T) with the fused Triton kernel and the blocked torch path, FP64 | 67 TFLOP/s FP64 tensor-core peak; cuBLAS DGEMM | TFLOP/s, % of peak |
 | foresight | our compressor on CUDA | SZ3, ZFP, fpzip on one CPU core | MB/s and ratio |
 | kraken | table-batched pooling + fused row-wise AdaGrad (two launches) | per-table ``nn.EmbeddingBag`` + ``torch.optim.Adagrad`` | ms, GB/s, % of HBM |
@@ -133,6 +133,14 @@ def step_segalign(device: str, work: Path) -> list[dict]:
             key = f"ours_{dev}_{threads}t"
             row[f"{key}_s"] = round(t, 2)
             row[f"{key}_vs_lastz"] = round(t_lastz / t, 2)
+        if not ours_extra and device != "cpu":  # the gapped stage's Y-drop sweep on the GPU too: same bytes?
+            out = work / "ours-gapped-triton.maf"
+            t, res = _timed([*CLI, "align", str(a), str(b), "--device", device, "--threads", str(cores),
+                             "--gapped-by", "triton", "--output", str(out)], 300, cwd=work)
+            _check(res, "torchhpc align --gapped-by triton")
+            row["ours_gapped_triton_s"] = round(t, 2)
+            row["ours_gapped_triton_vs_lastz"] = round(t_lastz / t, 2)
+            row["gapped_triton_same_maf"] = out.read_bytes() == (work / f"ours-{device}-0.maf").read_bytes()
         rows.append(row)
     return rows
 

@@ -158,3 +158,31 @@ def test_sched_batched_simulator_per_decision_step(mode, budget):
             steps += 1
     assert steps >= 16
     GPU_BUDGETS[budget].check(work, steps, f"sched batched simulator ({mode})")
+
+
+def test_segalign_gapped_sweep_per_launch():
+    """The gapped stage's GPU sweep: one kernel launch and four copies back per window of anchors, with walls
+    stacked into overflow rows or none."""
+    import numpy as np
+
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign.gapped_kernels import ydrop_extend_triton
+    from torchhpc.ext.segalign.ops import GPU_BUDGETS
+    from torchhpc.ext.segalign.scoring import hoxd70
+    from torchhpc.ext.segalign.walls import Walls
+
+    rng = np.random.default_rng(3)
+    t = rng.integers(0, 4, 60).astype(np.uint8)
+    q = t.copy()
+    q[rng.random(60) < 0.1] = 2
+    walls = Walls(60)
+    walls.add(np.arange(10, 20), np.arange(12, 22))
+    walls.add(np.arange(30, 40), np.arange(12, 22))  # a second alignment on the same query bases: a row
+    table = hoxd70().table(910).numpy()
+    anchors = np.array([5, 30, 50, 59]), np.array([5, 31, 50, 59]), np.array([1, 1, -1, -1])
+    for cover in (None, walls):
+        with count_host_work() as work:
+            ydrop_extend_triton(t, q, *anchors, table, 400, 30, 9430, cover, boxes=True, device="cpu", cap=128,
+                                block=32)
+        GPU_BUDGETS["gapped"].check(work, 1, "segalign gapped sweep")
+        assert work.launch_ops["triton:_ydrop_kernel"] == 1

@@ -248,3 +248,245 @@ def diagonal_scan_triton(
             int(xdrop), BLOCK_D=block_d, TILE=tile,
         )
     return done, ts, length, score
+
+
+# ----------------------------------------------------------------------------- gapped: LASTZ's Y-drop DP
+
+NEG = tl.constexpr(-(1 << 29))
+"""A dead cell (as :data:`torchhpc.ext.segalign.gapped.NEG`): far below any score, no int32 overflow."""
+
+#: the fields of each extension's row of ``out``
+YDROP_FIELDS = ("best", "best_d", "best_i", "used", "t_lo", "t_hi", "q_lo", "q_hi", "status")
+
+
+@triton.jit
+def _sweep_code(c):
+    # the sweep's code of a sequence code: 0-3 a nucleotide (either case), 4 ambiguous (N, IUPAC), 8 a separator
+    return tl.where(c < 8, c & 3, tl.where(c < SEPARATOR, 4, 8))
+
+
+@triton.jit
+def _on_walls(wlo_ptr, whi_ptr, wrow_ptr, olo_ptr, ohi_ptr, n_ocols, uq, ut, check, USE_ROWS: tl.constexpr):
+    # whether cell (ut, uq) lies on an alignment found before: the query base's first interval, then its
+    # overflow row (Walls of torchhpc.ext.segalign.walls; an empty slot is -1, which no target base is in)
+    lo = tl.load(wlo_ptr + uq, mask=check, other=-1)
+    hi = tl.load(whi_ptr + uq, mask=check, other=-1)
+    on = check & (lo >= 0) & (lo <= ut) & (ut <= hi)
+    if USE_ROWS:
+        r = tl.load(wrow_ptr + uq, mask=check, other=-1).to(tl.int64)
+        has = check & (r >= 0)
+        for kk in range(0, n_ocols):
+            lo2 = tl.load(olo_ptr + r * n_ocols + kk, mask=has, other=-1)
+            hi2 = tl.load(ohi_ptr + r * n_ocols + kk, mask=has, other=-1)
+            on = on | (has & (lo2 >= 0) & (lo2 <= ut) & (ut <= hi2))
+    return on
+
+
+@triton.jit(do_not_specialize=["n_t", "n_q", "amb", "oe", "ext", "ydrop", "n_ocols", "tb_cap", "d_cap"])
+def _ydrop_kernel(
+    t_ptr, q_ptr, n_t, n_q,  # uint8 sequence codes (torchhpc.ext.segalign.fasta)
+    t0_ptr, q0_ptr, dir_ptr,  # (B,) int64: each extension's first cell and direction (+1 / -1)
+    sc_ptr, amb, oe, ext, ydrop,  # (16,) int32 nucleotide scores 4 t + q; ambiguous score; gap open+extend, extend
+    wlo_ptr, whi_ptr, wrow_ptr, olo_ptr, ohi_ptr, n_ocols,  # the walls (int32)
+    h_ptr, e_ptr, f_ptr,  # (B, 3 | 2 | 2, CAP) int32 scratch: anti-diagonals D-2, D-1, D of H; D-1, D of E, F
+    tb_ptr, tb_cap, offs_ptr, los_ptr, d_cap,  # (B, tb_cap) uint8 traceback; (B, d_cap) int64 start, first cell
+    out_ptr,  # (B, 9) int64: YDROP_FIELDS
+    USE_COVER: tl.constexpr, USE_ROWS: tl.constexpr, CAP: tl.constexpr, BLOCK: tl.constexpr,
+):
+    # One program sweeps one extension's anti-diagonals D = I + J (torchhpc.ext.segalign.gapped_kernels'
+    # _extend_one, cell for cell): each anti-diagonal's live interval in chunks of BLOCK cells, Gotoh's H / E /
+    # F with LASTZ's Y-drop, 4 traceback bits a cell into device memory.  The anti-diagonal buffers are
+    # circular over I (I mod CAP), each read masked to the interval it holds, so nothing is ever cleared.
+    # Per cell: 5 int32 neighbour loads, 2 code loads, 3 int32 stores and 1 traceback byte (about 30 bytes,
+    # mostly from L1/L2), ~40 integer ops; the walls add 2 loads (plus 2 per overflow column).  status: 0 done,
+    # 1 out of room (interval > CAP, traceback > tb_cap or anti-diagonals > d_cap): the caller redoes it.
+    pid = tl.program_id(0).to(tl.int64)
+    t0 = tl.load(t0_ptr + pid)
+    q0 = tl.load(q0_ptr + pid)
+    d = tl.load(dir_ptr + pid)
+    zero = t0 - t0
+    n_i = tl.maximum(tl.where(d > 0, n_t - t0, t0 + 1), 0)  # cells exist for I <= n_i, J <= n_j
+    n_j = tl.maximum(tl.where(d > 0, n_q - q0, q0 + 1), 0)
+    hb = h_ptr + pid * 3 * CAP
+    eb = e_ptr + pid * 2 * CAP
+    fb = f_ptr + pid * 2 * CAP
+    tbb = tb_ptr + pid * tb_cap
+    ob = offs_ptr + pid * d_cap
+    lb = los_ptr + pid * d_cap
+    lanes = tl.arange(0, BLOCK).to(tl.int64)
+    # anti-diagonal 0: the origin, H = 0 (slot 0)
+    origin = lanes == 0
+    tl.store(hb + lanes, tl.where(origin, 0, NEG).to(tl.int32), mask=origin)
+    tl.store(eb + lanes, tl.full((BLOCK,), NEG, tl.int32), mask=origin)
+    tl.store(fb + lanes, tl.full((BLOCK,), NEG, tl.int32), mask=origin)
+    tl.store(ob, zero)
+    tl.store(lb, zero)
+    tl.store(tbb, zero.to(tl.uint8))
+    big = zero + (1 << 62)
+    used = zero + 1
+    best = zero
+    best_d = zero
+    best_i = zero
+    bt0, bt1, bq0, bq1 = big, -big, big, -big
+    c1a, c1b, c2a, c2b = zero, zero, zero + 1, zero  # intervals held by D-1 and D-2 (a > b: none)
+    r1a, r1b, r2a, r2b = zero, zero, zero + 1, zero  # their live intervals
+    D = zero
+    status = zero
+    while ((r1a <= r1b) | (r2a <= r2b)) & (status == 0):
+        D += 1
+        a = tl.minimum(tl.where(r1a <= r1b, r1a, big), tl.where(r2a <= r2b, r2a + 1, big))
+        b = tl.maximum(tl.where(r1a <= r1b, r1b + 1, -big), tl.where(r2a <= r2b, r2b + 1, -big))
+        a = tl.maximum(tl.maximum(a, D - n_j), 0)
+        b = tl.minimum(tl.minimum(b, D), n_i)
+        n = b - a + 1
+        if (D >= d_cap) | (n > CAP) | (used + tl.maximum(n, 0) > tb_cap):
+            status = zero + 1
+        else:
+            tl.store(ob + D, used)
+            tl.store(lb + D, a)
+            na = big
+            nb = -big
+            if a <= b:
+                bt0 = tl.minimum(bt0, tl.minimum(t0 + d * (a - 1), t0 + d * (b - 1)))
+                bt1 = tl.maximum(bt1, tl.maximum(t0 + d * (a - 1), t0 + d * (b - 1)))
+                bq0 = tl.minimum(bq0, tl.minimum(q0 + d * (D - a - 1), q0 + d * (D - b - 1)))
+                bq1 = tl.maximum(bq1, tl.maximum(q0 + d * (D - a - 1), q0 + d * (D - b - 1)))
+                h1 = hb + ((D - 1) % 3) * CAP
+                h2 = hb + ((D - 2 + 3) % 3) * CAP
+                hn = hb + (D % 3) * CAP
+                e1 = eb + ((D - 1) % 2) * CAP
+                en = eb + (D % 2) * CAP
+                f1 = fb + ((D - 1) % 2) * CAP
+                fn = fb + (D % 2) * CAP
+                cut = best - ydrop
+                top = zero + NEG
+                for s in range(0, n, BLOCK):
+                    I = a + s + lanes
+                    J = D - I
+                    ok = I <= b
+                    ci = (I & (CAP - 1))
+                    cl = ((I - 1) & (CAP - 1))
+                    in1 = ok & (I >= c1a) & (I <= c1b)
+                    in1l = ok & (I - 1 >= c1a) & (I - 1 <= c1b)
+                    in2l = ok & (I - 1 >= c2a) & (I - 1 <= c2b)
+                    up = tl.load(h1 + ci, mask=in1, other=NEG)
+                    left = tl.load(h1 + cl, mask=in1l, other=NEG)
+                    e_up = tl.load(e1 + ci, mask=in1, other=NEG)
+                    f_left = tl.load(f1 + cl, mask=in1l, other=NEG)
+                    diag = tl.load(h2 + cl, mask=in2l, other=NEG)
+                    ut = t0 + d * (I - 1)
+                    uq = q0 + d * (J - 1)
+                    tc = _sweep_code(tl.load(t_ptr + ut, mask=ok & (I >= 1), other=0).to(tl.int32))
+                    qc = _sweep_code(tl.load(q_ptr + uq, mask=ok & (J >= 1), other=0).to(tl.int32))
+                    e_open = up - oe
+                    e_ext = e_up - ext
+                    f_open = left - oe
+                    f_ext = f_left - ext
+                    ev = tl.maximum(e_open, e_ext)
+                    fv = tl.maximum(f_open, f_ext)
+                    sc = tl.load(sc_ptr + (tc & 3) * 4 + (qc & 3), mask=ok, other=0)
+                    sc = tl.where(((tc | qc) & 4) != 0, amb, sc)
+                    hd = diag + sc
+                    ef = tl.maximum(ev, fv)
+                    hv = tl.maximum(hd, ef)
+                    code = ((hd < ef).to(tl.int32) * (1 + (ev < fv).to(tl.int32))) \
+                        | ((e_ext > e_open).to(tl.int32) << 2) | ((f_ext > f_open).to(tl.int32) << 3)
+                    tl.store(tbb + used + (I - a), code.to(tl.uint8), mask=ok)
+                    bad = ((tc | qc) & 8) != 0
+                    if USE_COVER:
+                        bad = bad | _on_walls(wlo_ptr, whi_ptr, wrow_ptr, olo_ptr, ohi_ptr, n_ocols, uq, ut,
+                                              ok & (I >= 1) & (J >= 1), USE_ROWS)
+                    hv = tl.where(bad | (~ok), NEG, hv)
+                    top = tl.maximum(top, tl.max(hv, axis=0))
+                    hkeep = tl.where(hv < cut, NEG, hv)
+                    tl.store(hn + ci, hkeep, mask=ok)
+                    tl.store(en + ci, tl.where(bad | (ev < cut), NEG, ev), mask=ok)
+                    tl.store(fn + ci, tl.where(bad | (fv < cut), NEG, fv), mask=ok)
+                    live = ok & (hkeep != NEG)
+                    na = tl.minimum(na, tl.min(tl.where(live, I, big), axis=0))
+                    nb = tl.maximum(nb, tl.max(tl.where(live, I, -big), axis=0))
+                if top > best:  # a new best raises the cut: the cells of this anti-diagonal below it die
+                    tl.debug_barrier()
+                    cut = top - ydrop
+                    first = big
+                    na = big
+                    nb = -big
+                    for s in range(0, n, BLOCK):
+                        I = a + s + lanes
+                        ok = I <= b
+                        ci = (I & (CAP - 1))
+                        hv = tl.load(hn + ci, mask=ok, other=NEG)
+                        ev = tl.load(en + ci, mask=ok, other=NEG)
+                        fv = tl.load(fn + ci, mask=ok, other=NEG)
+                        first = tl.minimum(first, tl.min(tl.where(ok & (hv == top), I, big), axis=0))
+                        hkeep = tl.where(hv < cut, NEG, hv)
+                        tl.store(hn + ci, hkeep, mask=ok)
+                        tl.store(en + ci, tl.where(ev < cut, NEG, ev), mask=ok)
+                        tl.store(fn + ci, tl.where(fv < cut, NEG, fv), mask=ok)
+                        live = ok & (hkeep != NEG)
+                        na = tl.minimum(na, tl.min(tl.where(live, I, big), axis=0))
+                        nb = tl.maximum(nb, tl.max(tl.where(live, I, -big), axis=0))
+                    best = top
+                    best_d = D
+                    best_i = first
+                used += n
+                tl.debug_barrier()  # this anti-diagonal's cells are read by the next two
+            c2a, c2b = c1a, c1b
+            c1a = tl.where(a <= b, a, zero + 1)
+            c1b = tl.where(a <= b, b, zero)
+            r2a, r2b = r1a, r1b
+            r1a = tl.where(na <= nb, na, zero + 1)
+            r1b = tl.where(na <= nb, nb, zero)
+    row = out_ptr + pid * 9
+    tl.store(row + 0, best)
+    tl.store(row + 1, best_d)
+    tl.store(row + 2, best_i)
+    tl.store(row + 3, used)
+    tl.store(row + 4, bt0)
+    tl.store(row + 5, bt1)
+    tl.store(row + 6, bq0)
+    tl.store(row + 7, bq1)
+    tl.store(row + 8, status)
+
+
+def ydrop_sweep_triton(t: torch.Tensor, q: torch.Tensor, t0: torch.Tensor, q0: torch.Tensor, dirs: torch.Tensor,
+                       scores16: torch.Tensor, amb: int, gap_open: int, gap_extend: int, ydrop: int,
+                       walls: tuple | None = None, *, cap: int = 1024, tb_cap: int = 1 << 20, d_cap: int = 1 << 14,
+                       block: int = 128) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sweep ``B`` Y-drop extensions, one program each (:func:`_ydrop_kernel`); one launch, no host sync.
+
+    ``t``, ``q`` uint8 codes and ``t0``, ``q0``, ``dirs`` ``(B,)`` int64 on one device; ``scores16`` the 16
+    nucleotide scores (int32, ``4 t + q``); ``walls``: ``(lo, hi, row, olo, ohi)`` int32 tensors of
+    :class:`torchhpc.ext.segalign.walls.Walls` (``lo``/``hi`` one column; ``row`` ``None`` without overflow
+    rows) or ``None``.  ``cap``: the widest anti-diagonal (a power of two >= ``block``); ``tb_cap`` traceback
+    bytes and ``d_cap`` anti-diagonals per extension: an extension needing more ends with status 1.
+
+    Returns:
+        ``out (B, 9)`` int64 (:data:`YDROP_FIELDS`), ``tb (B, tb_cap)`` uint8, ``offs`` and ``los``
+        ``(B, d_cap)`` int64: anti-diagonal ``D``'s traceback bytes start at ``offs[D]``, its first cell is
+        ``I = los[D]``.
+    """
+    if cap < block or cap & (cap - 1) or block & (block - 1):
+        raise ValueError(f"cap ({cap}) and block ({block}) must be powers of two, cap >= block")
+    dev = t.device
+    B = int(t0.numel())
+    out = torch.zeros((B, len(YDROP_FIELDS)), dtype=torch.int64, device=dev)
+    tb = torch.empty((B, tb_cap), dtype=torch.uint8, device=dev)
+    offs = torch.zeros((B, d_cap), dtype=torch.int64, device=dev)
+    los = torch.zeros((B, d_cap), dtype=torch.int64, device=dev)
+    if B == 0:
+        return out, tb, offs, los
+    h = torch.empty((B, 3, cap), dtype=torch.int32, device=dev)
+    e = torch.empty((B, 2, cap), dtype=torch.int32, device=dev)
+    f = torch.empty((B, 2, cap), dtype=torch.int32, device=dev)
+    none = torch.full((1,), -1, dtype=torch.int32, device=dev)
+    lo, hi, row, olo, ohi = walls if walls is not None else (none, none, None, none, none)
+    use_rows = walls is not None and row is not None and olo.numel() > 0
+    n_ocols = int(olo.shape[1]) if use_rows else 0
+    _ydrop_kernel[(B,)](
+        t, q, t.numel(), q.numel(), t0, q0, dirs, scores16, amb, gap_open + gap_extend, gap_extend, ydrop,
+        lo, hi, row if use_rows else none, olo if use_rows else none, ohi if use_rows else none, n_ocols,
+        h, e, f, tb, tb_cap, offs, los, d_cap, out,
+        USE_COVER=walls is not None, USE_ROWS=use_rows, CAP=cap, BLOCK=block,
+    )
+    return out, tb, offs, los

@@ -8,7 +8,7 @@ itself is checked when it is made and never changed.
     query.fa  --read--> codes (+ reverse complement for --strand minus/both)
         for each strand, for each query interval (``interval`` windows):
             seed_hits (batches of <= max_hits) -> ungapped_hsps (X-drop filter)
-        HSPs --gapped_by auto/native/numba/numpy--> gapped_alignments (torchhpc.ext.segalign.gapped)
+        HSPs --gapped_by auto/native/numba/numpy/triton--> gapped_alignments (torchhpc.ext.segalign.gapped)
              --gapped_by lastz---> lastz --segments=... (torchhpc.ext.segalign.lastz)
              --nogapped----------> written as they are
 """
@@ -54,7 +54,7 @@ class AlignPlan:
         device: where seeding and the filter run.
         backend: the filter kernel, ``torch``, ``triton`` or ``numba``; seeding runs numba's compiled
             passes with ``numba`` only (else its tensor ops).
-        gapped_by: the gapped stage: ``None`` (``--nogapped``), ``lastz``, ``numba`` or ``numpy``.
+        gapped_by: the gapped stage: ``None`` (``--nogapped``), ``lastz``, ``numba``, ``numpy`` or ``triton``.
         ctx: the ranks that share the work (query intervals, then strands); one process by default.
     """
 
@@ -83,7 +83,7 @@ def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = Non
         device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
     dev = pick_device(device, auto=AUTO_DEVICE)
     backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
-    gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by)
+    gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by, dev)
     return AlignPlan(dev, backend, gapped_by, ctx if ctx is not None else DistContext(0, 1, 0, dev, None))
 
 
@@ -243,7 +243,8 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: PipelineOption
     else:
         # under torchrun the strands go to ranks in turn and the alignments are gathered in strand order
         rank, world = plan.ctx.rank, plan.ctx.world_size
-        per_strand = [gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=threads)
+        per_strand = [gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=threads,
+                                        device=plan.device)
                       if i % world == rank else None for i, (strand, h) in enumerate(hsps.items())]
         if world > 1:
             gathered = plan.ctx.gather(per_strand)
@@ -276,7 +277,7 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     def extend(strand, h):
         try:
             found[strand] = gapped_alignments(h, target, sets[strand], cfg, kernel=plan.gapped_by, threads=threads,
-                                              pool=pool)
+                                              pool=pool, device=plan.device)
         except BaseException as exc:  # re-raised in the caller's thread
             errors.append(exc)
 

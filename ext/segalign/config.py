@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 BACKENDS = ("torch", "triton", "numba")
 
 #: gapped-extension paths (``--gapped-by``); ``auto`` and ``native`` pick numba where installed, else numpy
-GAPPED_BY = ("auto", "native", "numba", "numpy", "lastz")
+GAPPED_BY = ("auto", "native", "numba", "numpy", "triton", "lastz")
 
 #: output formats of ``torchhpc align``
 FORMATS = ("maf", "maf-", "general", "segments")
@@ -70,8 +70,10 @@ class PipelineOptions(Options):
     gapped: bool = option(True, help="run gapped extension (--nogapped: stop after the filter and write the HSPs)",
                           neg_flag="--nogapped")
     gapped_by: str = option("auto", help="gapped extension: auto or native (torchhpc's Y-drop DP, compiled by numba "
-                                         "where installed, else NumPy), numba, numpy (the readable reference) or "
-                                         "an installed lastz --segments (lastz)", choices=GAPPED_BY)
+                                         "where installed, else NumPy), numba, numpy (the readable reference), "
+                                         "triton (the DP's sweep on the GPU, a batch of anchors per launch; needs "
+                                         "--device cuda and numba) or an installed lastz --segments (lastz)",
+                            choices=GAPPED_BY)
     ydrop: int = option(9430, help="gapped Y-drop", gt=0)
     gappedthresh: int | None = option(None, help="gapped alignment score threshold (null: the same as --hspthresh)",
                                       gt=0)

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from concurrent.futures import Future
 
 import numpy as np
 import torch
@@ -190,14 +191,26 @@ def ydrop_extend(
     return best, paths_t, paths_q
 
 
-def gapped_kernel(gapped_by: str) -> str:
-    """The kernel ``--gapped-by`` runs: ``numba`` for auto/native/numba where numba is installed, else ``numpy``.
+def gapped_kernel(gapped_by: str, device=None) -> str:
+    """The kernel ``--gapped-by`` runs: ``numba`` for auto/native/numba where numba is installed, else ``numpy``;
+    ``triton`` only where asked for (on CUDA, or the CPU under ``TRITON_INTERPRET=1``; not yet measured on a GPU,
+    so never the default).
 
     Raises:
-        InputError: ``numba`` asked for where numba is not installed.
+        InputError: ``numba`` or ``triton`` asked for where it cannot run (the message says why).
     """
     if gapped_by == "numpy":
         return "numpy"
+    if gapped_by == "triton":
+        from torchhpc.ext.core.dispatch import resolve_backend
+
+        try:
+            resolve_backend("triton", device if device is not None else "cpu", what="--gapped-by")
+        except InputError as exc:
+            raise InputError(f"--gapped-by triton: {exc}") from None
+        if not numba_available():
+            raise InputError("--gapped-by triton walks its traceback with numba (pip install numba)")
+        return "triton"
     if numba_available():
         return "numba"
     if gapped_by == "numba":
@@ -280,9 +293,13 @@ def _meets(log: list, version: int, box: np.ndarray) -> bool:
     return False
 
 
+TRITON_LOOKAHEAD = 64
+"""Anchors ahead of the commit point whose extensions the GPU kernel sweeps in one launch."""
+
+
 def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, kernel: str = "numpy",
                       threads: int = 1, pool=None, lookahead: int | None = None,
-                      counters: dict | None = None) -> list[Alignment]:
+                      counters: dict | None = None, device=None) -> list[Alignment]:
     """Gapped alignments of one strand's HSPs (see the module docstring); ``query`` is that strand's set.
 
     ``kernel``: ``numpy`` (:func:`ydrop_extend`, the readable reference, one anchor after the other) or
@@ -296,7 +313,8 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     extension holds up only the commits behind it, never the other threads.  The result is that of
     extending the anchors one by one, best HSP first, so it depends on neither the kernel nor ``threads``.
     ``counters`` (optional dict): ``speculated``, ``redone`` and ``wasted`` (extended ahead, then skipped)
-    are added to it.
+    are added to it.  ``kernel="triton"`` (:func:`.gapped_kernels.ydrop_extend_triton` on ``device``) extends
+    the startable anchors of a window of :data:`TRITON_LOOKAHEAD` in one launch, under the same commit rule.
     """
     if len(h) == 0:
         return []
@@ -313,22 +331,39 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     results: list[tuple[int, Alignment]] = []
     if kernel == "numba":
         from .gapped_kernels import ydrop_extend_numba as extend_many
+    elif kernel == "triton":
+        import functools
+
+        from .gapped_kernels import ydrop_extend_triton
+
+        extend_many = functools.partial(ydrop_extend_triton, device=device if device is not None else "cuda")
     else:
         extend_many = ydrop_extend
-    dirs = np.array([1, -1], np.int64)
+
+    def many_ways(ts: list[int], qs: list[int]) -> list[tuple]:
+        # per anchor (version, score, forward path t/q, backward path t/q, boxes (2, 4)), both ways of every
+        # anchor in one call; version: the alignments committed when it started (read before the walls: it
+        # sees at least those)
+        version = len(log)
+        k = len(ts)
+        t0 = np.array(ts + [x - 1 for x in ts], np.int64)
+        q0 = np.array(qs + [x - 1 for x in qs], np.int64)
+        dirs = np.repeat(np.array([1, -1], np.int64), k)
+        best, pt, pq, box = extend_many(t_codes, q_codes, t0, q0, dirs, table, sc.gap_open, sc.gap_extend,
+                                        cfg.ydrop, walls, boxes=True)
+        return [(version, int(best[m] + best[k + m]), pt[m], pq[m], pt[k + m], pq[k + m], box[[m, k + m]])
+                for m in range(k)]
 
     def both_ways(ta: int, qa: int):
-        # (version, score, forward path t/q, backward path t/q, boxes (2, 4)) of one anchor; version: the
-        # alignments committed when it started (read before the walls: it sees at least those)
-        version = len(log)
-        best, pt, pq, box = extend_many(t_codes, q_codes, np.array([ta, ta - 1]), np.array([qa, qa - 1]), dirs,
-                                        table, sc.gap_open, sc.gap_extend, cfg.ydrop, walls, boxes=True)
-        return version, int(best[0] + best[1]), pt[0], pq[0], pt[1], pq[1], box
+        return many_ways([ta], [qa])[0]
 
-    ahead = threads > 1 and kernel == "numba"
-    window = (lookahead if lookahead is not None else LOOKAHEAD_PER_THREAD * threads) if ahead else 0
+    batched = kernel == "triton"
+    ahead = (threads > 1 and kernel == "numba") or batched
+    window = 0
+    if ahead:
+        window = lookahead if lookahead is not None else TRITON_LOOKAHEAD if batched else LOOKAHEAD_PER_THREAD * threads
     own = None
-    if ahead and pool is None:
+    if ahead and not batched and pool is None:
         from concurrent.futures import ThreadPoolExecutor
 
         own = pool = ThreadPoolExecutor(threads, thread_name_prefix="gapped")
@@ -344,13 +379,22 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
             if not pending:
                 break
             if ahead:  # start those not near an earlier pending anchor
+                starting = []
                 for k, entry in enumerate(pending):
                     i = entry[0]
                     if entry[1] is None and all(abs(int(diag[i] - diag[e[0]])) > NEAR_DIAGONALS
-                                                      for e in itertools.islice(pending, k)):
+                                                for e in itertools.islice(pending, k)):
                         if not walls.on(int(at[i]), int(aq[i])):
-                            entry[1] = pool.submit(both_ways, int(at[i]), int(aq[i]))
-                            tally["speculated"] += 1
+                            starting.append(entry)
+                tally["speculated"] += len(starting)
+                if batched and starting:  # one launch for all of them
+                    exts = many_ways([int(at[e[0]]) for e in starting], [int(aq[e[0]]) for e in starting])
+                    for entry, ext in zip(starting, exts, strict=True):
+                        entry[1] = Future()
+                        entry[1].set_result(ext)
+                else:
+                    for entry in starting:
+                        entry[1] = pool.submit(both_ways, int(at[entry[0]]), int(aq[entry[0]]))
             i, fut = pending.popleft()
             ta, qa = int(at[i]), int(aq[i])
             if walls.on(ta, qa):  # on an alignment committed since it was picked: LASTZ skips it

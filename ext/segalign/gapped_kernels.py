@@ -176,6 +176,43 @@ if numba_available():
             peak[i] = at + w // 2
 
     @njit(nogil=True, cache=True)
+    def _trace(tb, offs, los, a_bi, a_bd):
+        """The path from the best cell ``(a_bi, a_bd - a_bi)`` back to the origin: target and query offsets of
+        each column from the origin outwards (``-1`` on the gapped side), read from the traceback bytes of
+        each anti-diagonal ``D`` (``tb[offs[D] + I - los[D]]``); LASTZ's tie-breaks."""
+        pt = np.empty(a_bd, np.int64)
+        pq = np.empty(a_bd, np.int64)
+        k = a_bd
+        I = a_bi
+        J = a_bd - a_bi
+        st = 0
+        while I + J > 0:
+            dd = I + J
+            code = tb[offs[dd] + I - los[dd]]
+            hsrc = code & 3
+            if st == 0 and hsrc != 0:
+                st = hsrc
+            k -= 1
+            if st == 1:
+                pt[k] = -1
+                pq[k] = J - 1
+                if (code >> 2) & 1 == 0:
+                    st = 0
+                J -= 1
+            elif st == 2:
+                pt[k] = I - 1
+                pq[k] = -1
+                if (code >> 3) & 1 == 0:
+                    st = 0
+                I -= 1
+            else:
+                pt[k] = I - 1
+                pq[k] = J - 1
+                I -= 1
+                J -= 1
+        return pt[k:].copy(), pq[k:].copy()
+
+    @njit(nogil=True, cache=True)
     def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, wrow, use_rows, olo, ohi, use_cover, tb):
         n_t, n_q = t.shape[0], q.shape[0]
         NEG = _NEG
@@ -362,38 +399,8 @@ if numba_available():
             c3a, c3b, c2a, c2b, c1a, c1b = c2a, c2b, c1a, c1b, a, b
             r2a, r2b = r1a, r1b
             r1a, r1b = na, nb
-        # traceback from the best cell to the origin, columns written from the far end
-        pt = np.empty(a_bd, np.int64)
-        pq = np.empty(a_bd, np.int64)
-        k = a_bd
-        I = a_bi
-        J = a_bd - a_bi
-        st = 0
-        while I + J > 0:
-            dd = I + J
-            code = tb[offs[dd] + I - los[dd]]
-            hsrc = code & 3
-            if st == 0 and hsrc != 0:
-                st = hsrc
-            k -= 1
-            if st == 1:
-                pt[k] = -1
-                pq[k] = J - 1
-                if (code >> 2) & 1 == 0:
-                    st = 0
-                J -= 1
-            elif st == 2:
-                pt[k] = I - 1
-                pq[k] = -1
-                if (code >> 3) & 1 == 0:
-                    st = 0
-                I -= 1
-            else:
-                pt[k] = I - 1
-                pq[k] = J - 1
-                I -= 1
-                J -= 1
-        return a_best, pt[k:].copy(), pq[k:].copy(), used, bt0, bt1, bq0, bq1, tb
+        pt, pq = _trace(tb, offs, los, a_bi, a_bd)
+        return a_best, pt, pq, used, bt0, bt1, bq0, bq1, tb
 
 
 _buffers = threading.local()
@@ -477,4 +484,74 @@ def anchor_peaks_numba(ts: np.ndarray, qs: np.ndarray, ln: np.ndarray, t_codes: 
                   int(window), peak)
 
 
-__all__ = ["anchor_peaks_numba", "compact_table", "ydrop_extend_numba"]
+
+
+def ydrop_extend_triton(
+    t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
+    table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int,
+    cover=None, boxes: bool = False, device: str = "cuda", **sizes,
+) -> tuple:
+    """:func:`.gapped.ydrop_extend` with the anti-diagonal sweep on the GPU (one program per extension,
+    :func:`torchhpc.triton_kernels.segalign.ydrop_sweep_triton`; the CPU under ``TRITON_INTERPRET=1``) and the
+    traceback walked here from its bytes (:func:`_trace`); same arguments and results, cell for cell.  An
+    extension that outgrows the kernel's buffers (``sizes``: ``cap``, ``tb_cap``, ``d_cap``) is redone by the
+    compiled CPU kernel.
+
+    Raises:
+        RuntimeError: numba is not installed (the traceback and the fallback are its kernels).
+    """
+    import torch
+
+    from torchhpc.triton_kernels.segalign import ydrop_sweep_triton
+
+    if not numba_available():  # pragma: no cover
+        raise RuntimeError("the GPU gapped extension walks its traceback with numba (pip install numba)")
+    tab = np.asarray(table, dtype=np.int64).reshape(11, 11)
+    sc16, amb = compact_table(tab)
+    if isinstance(cover, np.ndarray):
+        cover = Walls.from_cover(cover)
+    dev = torch.device(device)
+
+    def on(x, dtype):
+        return torch.as_tensor(np.ascontiguousarray(x), dtype=dtype).to(dev)
+
+    walls = None
+    if cover is not None:
+        if cover.lo.shape[1] != 1:  # pragma: no cover - Walls.PRIMARY
+            raise ValueError("the GPU kernel reads one primary interval per query base")
+        rows = cover.row is not None and cover.rows > 0
+        walls = (on(cover.lo, torch.int32), on(cover.hi, torch.int32), on(cover.row, torch.int32) if rows else None,
+                 on(cover.olo, torch.int32), on(cover.ohi, torch.int32))
+    t0 = np.asarray(t0, dtype=np.int64)
+    q0 = np.asarray(q0, dtype=np.int64)
+    dirs = np.asarray(dirs, dtype=np.int64)
+    out, tb, offs, los = ydrop_sweep_triton(
+        on(t_codes, torch.uint8), on(q_codes, torch.uint8), on(t0, torch.int64), on(q0, torch.int64),
+        on(dirs, torch.int64), on(sc16, torch.int32), amb, gap_open, gap_extend, ydrop, walls, **sizes)
+    out = out.cpu().numpy()
+    B = t0.size
+    best = out[:, 0].copy()
+    box = out[:, 4:8].copy()
+    paths_t, paths_q = [], []
+    redo = np.flatnonzero(out[:, 8] != 0)
+    if redo.size:
+        again = ydrop_extend_numba(t_codes, q_codes, t0[redo], q0[redo], dirs[redo], table, gap_open, gap_extend,
+                                   ydrop, cover, boxes=True)
+        best[redo] = again[0]
+        box[redo] = again[3]
+    tb_h, offs_h, los_h = tb.cpu().numpy(), offs.cpu().numpy(), los.cpu().numpy()
+    for b in range(B):
+        if out[b, 8] != 0:
+            k = int(np.searchsorted(redo, b))
+            paths_t.append(again[1][k])
+            paths_q.append(again[2][k])
+            continue
+        pt, pq = _trace(tb_h[b], offs_h[b], los_h[b], int(out[b, 2]), int(out[b, 1]))
+        paths_t.append(pt)
+        paths_q.append(pq)
+    if boxes:
+        return best, paths_t, paths_q, box.reshape(B, 4)
+    return best, paths_t, paths_q
+
+
+__all__ = ["anchor_peaks_numba", "compact_table", "ydrop_extend_numba", "ydrop_extend_triton"]

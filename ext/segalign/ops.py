@@ -39,6 +39,10 @@ from .seeds import seed_keys
 #: launches, with rounds driven from Python and boolean masks.
 GPU_BUDGETS = {
     "filter": HostBudget("strand", syncs=13, launches=290, why="each variable-sized tensor is one nonzero"),
+    # --gapped-by triton (torchhpc.ext.segalign.gapped_kernels.ydrop_extend_triton): per launch of a window of
+    # anchors, the sweep and its buffers (3 zeros, 1 full), then 4 copies back (counted twice: the copy and its
+    # NumPy view): the rows, the traceback bytes and the anti-diagonals' starts and first cells
+    "gapped": HostBudget("launch", syncs=8, launches=5, why="one sweep per window; 4 device-to-host copies"),
 }
 
 

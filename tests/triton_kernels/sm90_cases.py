@@ -100,6 +100,24 @@ def segalign_cases():
             start = torch.arange(D) * 2
             yield (f"segalign diagonal D={D} n={n}",
                    lambda t=t, ends=ends, start=start: diagonal_scan_triton(t, t, ends, ends, start, start + 2, table, 910))
+    # the gapped stage's Y-drop sweep: 1 and 37 extensions over 1 and 1000 bases, without walls, with walls and
+    # with overflow rows (each a constexpr branch)
+    from torchhpc.triton_kernels.segalign import ydrop_sweep_triton
+
+    scores = torch.randint(-100, 100, (16,), generator=_g(5), dtype=torch.int32)
+    for B in (1, 37):
+        for n in (1, 1000):
+            t = torch.randint(0, 4, (n,), generator=_g(2), dtype=torch.uint8)
+            first = torch.randint(0, n, (B,), generator=_g(3))
+            dirs = torch.where(torch.arange(B) % 2 == 0, 1, -1)
+            lo = torch.randint(-1, n, (n, 1), generator=_g(6), dtype=torch.int32)
+            rows = torch.full((n,), -1, dtype=torch.int32)
+            rows[: min(n, 3)] = torch.arange(min(n, 3), dtype=torch.int32)
+            over = torch.randint(-1, n, (3, 4), generator=_g(7), dtype=torch.int32)
+            for name, walls in (("none", None), ("walls", (lo, lo, None, lo, lo)), ("rows", (lo, lo, rows, over, over))):
+                yield (f"segalign ydrop B={B} n={n} walls={name}",
+                       lambda t=t, first=first, dirs=dirs, walls=walls:
+                       ydrop_sweep_triton(t, t, first, first, dirs, scores, -100, 400, 30, 9430, walls))
 
 
 def kraken_cases():

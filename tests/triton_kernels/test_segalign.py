@@ -163,3 +163,115 @@ def test_diagonal_scan_equals_the_rounds(kernel_device, seed, n, hits, diagonals
                                             q_end[order].to(kernel_device), start.to(kernel_device),
                                             stop.to(kernel_device), table.to(kernel_device), 910, block_d, tile)
     assert int(done.sum()) == ref_stats["extended"]
+
+
+def _gapped_case(rng, n, cover_kind):
+    """A related pair of about ``n`` bases (substitutions, deletions, soft-masked and ambiguous codes, a
+    separator) with walls as asked, and extensions from 4 anchors both ways (one at the sequence end)."""
+    import numpy as np
+
+    from torchhpc.ext.segalign.walls import Walls
+
+    t = rng.integers(0, 4, n).astype(np.uint8)
+    q = t.copy()
+    mut = rng.random(n) < 0.12
+    q[mut] = rng.integers(0, 4, int(mut.sum()))
+    q = q[rng.random(n) > 0.03]
+    t[n // 5: n // 5 + 6] += 4
+    q[q.size // 3] = 8
+    t[n - n // 6] = SEPARATOR
+    t0 = np.array([n // 2, n // 3, 2 * n // 3, n - 1] * 2, np.int64)
+    q0 = np.minimum(t0 + np.array([0, 1, -2, 0] * 2), q.size - 1)
+    dirs = np.array([1] * 4 + [-1] * 4, np.int64)
+    cover = None
+    if cover_kind == "cells":
+        cover = np.full(q.size, -1, np.int64)
+        idx = rng.integers(0, q.size, 12)
+        cover[idx] = np.clip(idx + rng.integers(-3, 3, 12), 0, n - 1)
+    elif cover_kind == "stacked":  # alignments stacked on the same query bases: Walls' overflow rows
+        cover = Walls(q.size)
+        for _ in range(5):
+            qs = int(rng.integers(0, 10)) + q.size // 3
+            qpos = np.arange(qs, min(qs + 15, q.size))
+            cover.add(np.clip(qpos + int(rng.integers(-20, 20)), 0, n - 1), qpos)
+        assert cover.rows > 0
+    return t, q, t0, q0, dirs, cover
+
+
+@pytest.mark.parametrize("cover_kind,ydrop", [(None, 9430), ("cells", 2000), ("stacked", 9430)])
+def test_ydrop_sweep_equals_the_compiled_cpu_kernel(kernel_device, cover_kind, ydrop):
+    """The GPU gapped stage's Y-drop sweep (interpreted) and its traceback give the compiled CPU kernel's
+    scores, paths and boxes exactly, without walls, with single wall cells and with walls stacked into
+    overflow rows; both directions, an anchor at the sequence end, lowercase, ambiguous and separator codes."""
+    import numpy as np
+
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign.gapped_kernels import ydrop_extend_numba, ydrop_extend_triton
+
+    rng = np.random.default_rng(7)
+    t, q, t0, q0, dirs, cover = _gapped_case(rng, 90, cover_kind)
+    table = hoxd70().table(910).numpy()
+    ref = ydrop_extend_numba(t, q, t0, q0, dirs, table, 400, 30, ydrop, cover, boxes=True)
+    got = ydrop_extend_triton(t, q, t0, q0, dirs, table, 400, 30, ydrop, cover, boxes=True, device=kernel_device,
+                              cap=128, block=32)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[3], ref[3])
+    for b in range(t0.size):
+        np.testing.assert_array_equal(got[1][b], ref[1][b], err_msg=f"extension {b}: target path")
+        np.testing.assert_array_equal(got[2][b], ref[2][b], err_msg=f"extension {b}: query path")
+    assert (ref[0] > 0).sum() >= 4 and max(len(p) for p in ref[1]) > 30
+
+
+def test_ydrop_sweep_writes_the_cpu_kernels_traceback_bytes(kernel_device):
+    """Cell for cell: every traceback byte the sweep writes (H's source, whether E and F extended) and the
+    number of cells it computed equal the compiled CPU kernel's, not only the paths read from them."""
+    import numpy as np
+
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign import gapped_kernels as gk
+    from torchhpc.triton_kernels.segalign import YDROP_FIELDS, ydrop_sweep_triton
+
+    rng = np.random.default_rng(9)
+    t, q, t0, q0, dirs, _ = _gapped_case(rng, 80, None)
+    table = hoxd70().table(910).numpy()
+    sc16, amb = gk.compact_table(table)
+    dev = kernel_device
+    out, tb, _, _ = ydrop_sweep_triton(*(torch.as_tensor(x).to(dev) for x in (t, q, t0, q0, dirs, sc16)), amb, 400, 30,
+                                       9430, cap=128, block=32)
+    out, tb = out.cpu(), tb.cpu()
+    none = np.full((1, 1), -1, np.int32)
+    for b in range(t0.size):
+        r = gk._extend_one(t, q, int(t0[b]), int(q0[b]), int(dirs[b]), sc16, amb, gk._EFF, 430, 30, 9430, none, none,
+                           np.full(1, -1, np.int32), False, none, none, False, np.empty(1 << 12, np.uint8))
+        used = int(out[b, YDROP_FIELDS.index("used")])
+        assert used == r[3] and int(out[b, 0]) == r[0]
+        np.testing.assert_array_equal(tb[b, 1:used].numpy(), r[8][1:used], err_msg=f"extension {b}")
+
+
+def test_ydrop_sweep_out_of_room_is_redone_on_the_cpu(kernel_device):
+    """Extensions whose anti-diagonals outgrow the kernel's buffers (a band wider than ``cap``, more traceback
+    bytes than ``tb_cap``) end with status 1 and nothing else; the caller redoes them on the CPU, so the results
+    are still the compiled kernel's."""
+    import numpy as np
+
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign.gapped_kernels import compact_table, ydrop_extend_numba, ydrop_extend_triton
+    from torchhpc.triton_kernels.segalign import YDROP_FIELDS, ydrop_sweep_triton
+
+    rng = np.random.default_rng(8)
+    t, q, t0, q0, dirs, _ = _gapped_case(rng, 70, None)
+    table = hoxd70().table(910).numpy()
+    sc16, amb = compact_table(table)
+    dev = kernel_device
+    args = (*(torch.as_tensor(x).to(dev) for x in (t, q, t0, q0, dirs, sc16)), amb, 400, 30, 9430)
+    out, *_ = ydrop_sweep_triton(*args, cap=16, block=16)
+    status = out[:, YDROP_FIELDS.index("status")].cpu()
+    assert status.tolist().count(1) >= 2 and status.tolist().count(0) >= 1
+    narrow, *_ = ydrop_sweep_triton(*args, cap=256, block=32, tb_cap=300)
+    assert int(narrow[:, YDROP_FIELDS.index("status")].sum()) >= 1
+    ref = ydrop_extend_numba(t, q, t0, q0, dirs, table, 400, 30, 9430, None, boxes=True)
+    got = ydrop_extend_triton(t, q, t0, q0, dirs, table, 400, 30, 9430, None, boxes=True, device=dev, cap=16,
+                              block=16)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[3], ref[3])
+    assert all(np.array_equal(a, b) for a, b in zip(got[1], ref[1], strict=True))

@@ -30,7 +30,8 @@ HERE = Path(__file__).resolve().parent
 
 #: pointer arguments that may be indexed with 32-bit offsets: tables of a fixed, small size
 BOUNDED = {("_xdrop_extend_kernel", "table_ptr"): "the 11 x 11 substitution table",
-           ("_diagonal_scan_kernel", "table_ptr"): "the 11 x 11 substitution table"}
+           ("_diagonal_scan_kernel", "table_ptr"): "the 11 x 11 substitution table",
+           ("_ydrop_kernel", "sc_ptr"): "the 16 nucleotide scores"}
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,8 @@ def test_every_launcher_compiles_for_sm90(report):
     assert {"_lorenzo_quantize_kernel", "_xdrop_extend_kernel", "_bag_forward_kernel", "_bag_backward_rows_kernel",
             "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
             "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel",
-            "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel", "_diagonal_scan_kernel"} <= names
+            "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel", "_diagonal_scan_kernel",
+            "_ydrop_kernel"} <= names
 
 
 def test_addresses_from_pointer_arguments_are_64_bit(report):
@@ -72,16 +74,21 @@ def test_sizes_that_change_per_call_compile_once(report):
     """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
     over shapes with dimensions of 1, 3, 5, 6, 16 and 37 and batches of 1 and 5 fields (the block codec's
-    unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16."""
+    unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16; the Y-drop sweep once per walls branch
+    over 1 and 37 extensions of 1 and 1000 bases."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
     assert len(variants("segalign xdrop")) == 2  # DIRECTION = +1 and -1
     assert len(variants("segalign diagonal")) == 1  # 1 to 37 diagonals, 1 to 1000 cells
+    assert len(variants("segalign ydrop")) == 3  # no walls, walls, overflow rows; 1 or 37 extensions, 1-1000 bases
     assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
     for kernel, count in (("scan fused", 2), ("scan given", 2), ("pack fused", 2), ("pack given", 2), ("unpack", 1)):
         assert len(variants(f"foresight blocks {kernel}")) == count
     for _, k in _kernels(report, "segalign"):
+        if k["kernel"] == "_ydrop_kernel":
+            assert all(k["signature"][n] == "i32" for n in ("n_t", "n_q", "n_ocols", "tb_cap", "d_cap"))
+            continue
         count = "D" if k["kernel"] == "_diagonal_scan_kernel" else "H"
         assert (k["signature"][count], k["signature"]["nt"], k["signature"]["nq"]) == ("i32", "i32", "i32")
     for _, k in _kernels(report, "foresight"):

@@ -342,3 +342,34 @@ def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypa
         assert not [th for th in threading.enumerate() if th.name.startswith("gapped")]
     finally:
         torch.set_num_threads(old)
+
+
+def test_gapped_stage_on_the_gpu_kernel_equals_the_compiled_cpu_stage(kernel_device):
+    """--gapped-by triton (the Y-drop sweep interpreted on the CPU here, a window of anchors per launch under the
+    same commit rule) gives the compiled CPU stage's alignments on a small evolved pair, both strands."""
+    pytest.importorskip("triton")
+    sim = simulate_pair(220, substitution_rate=0.05, indel_rate=0.01, inversions=1, inversion_length=60,
+                        duplications=1, duplication_length=40, seed=4)
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+
+    def key(res):
+        return [(a.t_start, a.t_end, a.q_start, a.q_end, a.strand, a.score, a.t_text, a.q_text) for a in res.alignments]
+
+    cpu = align_sequences(t, q, AlignConfig(hspthresh=800))
+    gpu = align_sequences(t, q, AlignConfig(hspthresh=800, gapped_by="triton", device=str(kernel_device)))
+    assert gpu.stats["gapped_by"] == "triton" and cpu.stats["gapped_by"] == "numba"
+    assert key(gpu) == key(cpu) and len(cpu.alignments) >= 2 and {a.strand for a in cpu.alignments} == {"+", "-"}
+
+
+def test_gapped_by_triton_where_it_cannot_run_is_one_line(tmp_path, monkeypatch, capsys):
+    """--gapped-by triton on a CPU without the Triton interpreter: one error line naming the option."""
+    from harness.cli import one_line_from
+
+    from torchhpc.trainers.cli import main
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    sim = simulate_pair(300, seed=1)
+    sim.write(tmp_path / "t.fa", tmp_path / "q.fa")
+    line = one_line_from(main, capsys, ["align", str(tmp_path / "t.fa"), str(tmp_path / "q.fa"), "--gapped-by",
+                                        "triton", "--output", str(tmp_path / "o.maf")])
+    assert "--gapped-by" in line and "triton" in line, line
