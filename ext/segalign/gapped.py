@@ -401,6 +401,8 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
                 if fut is not None and not fut.cancel():
                     tally["wasted"] += 1
                 continue
+            if fut is not None and not batched and fut.cancel():
+                fut = None  # still queued (behind the other strand's work in a shared pool): run it here
             ext = fut.result() if fut is not None else both_ways(ta, qa)
             if fut is not None and _meets(log, ext[0], ext[6]):
                 ext = both_ways(ta, qa)  # an alignment committed since it started is in its way: again

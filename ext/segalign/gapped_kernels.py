@@ -146,7 +146,7 @@ if numba_available():
     @njit(nogil=True, cache=True)
     def _on_wall(lo, hi, row, ut):
         """Whether target base ``ut`` lies in one of the intervals of ``lo[row], hi[row]`` (-1 ends the list)."""
-        for kk in range(lo.shape[1]):
+        for kk in range(min(lo.shape[1], hi.shape[1])):  # (a pair taken while Walls grew: the shorter)
             wl = lo[row, kk]
             if wl < 0:
                 return False
@@ -369,7 +369,7 @@ if numba_available():
                             r = wrow[uq]
                             # the base's further intervals, in its overflow row (a row added after this
                             # extension took the table, by a commit running beside it, is not in it)
-                            if r >= 0 and r < olo.shape[0]:
+                            if r >= 0 and r < olo.shape[0] and r < ohi.shape[0]:
                                 on = _on_wall(olo, ohi, r, ut)
                         if on:
                             Hn[I - base] = NEG

@@ -107,13 +107,15 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
     res = symnmf(op, cfg.solver, callback=log)
     bar.close()
     H = gather_rows(res.H, op) if ctx.world_size > 1 else res.H
+    t_assign = time.perf_counter()
     labels, assigned_by = assign_clusters(H, g.A, cfg.solver.assign, seed=cfg.solver.seed,
                                           degrees=g.degrees if cfg.graph.normalize == "sym" else None)
     wall = time.perf_counter() - t0
+    assign_s = time.perf_counter() - t_assign
     summary = {"graph": g.source, "n": g.n, "nnz": int(g.A.nnz), "k": cfg.solver.k,
                "eigengap_k": eigengap_k(res.eigenvalues), "normalize": cfg.graph.normalize,
                "init": cfg.solver.init, "restarts": cfg.solver.restarts, "kept_start": res.restart,
-               "assign": cfg.solver.assign, "assigned_by": assigned_by,
+               "assign": cfg.solver.assign, "assigned_by": assigned_by, "assign_s": assign_s,
                "start_residuals": res.restart_residuals, "algo": cfg.solver.algo,
                "layout": "dense" if dense else "sparse", "processes": pr * pc, "grid": [pr, pc],
                "residual": res.residual, "pgrad": res.pgrad, "iterations": res.iterations,

@@ -192,6 +192,60 @@ def test_auto_labels_keep_the_rounding_that_fits_better():
         assign_clusters(H, A, "spectral")
 
 
+def test_kmeans_labels_scale_rows_by_the_degrees():
+    """k-means runs on the rows of D^-1/2 H: with unequal degrees its labels are scikit-learn's on H / sqrt(d)
+    (10 starts, the seed), which here differ from those on H itself; all-zero rows get -1."""
+    from sklearn.cluster import KMeans
+
+    from torchhpc.ext.symnmf.clustering import kmeans_labels
+
+    rng = np.random.default_rng(4)
+    H = rng.random((40, 3))
+    H[7] = 0.0
+    d = rng.uniform(0.2, 30.0, 40)
+    got = kmeans_labels(torch.as_tensor(H), 3, seed=2, degrees=d)
+    live = np.arange(40) != 7
+    ref = KMeans(n_clusters=3, n_init=10, random_state=2).fit_predict((H / np.sqrt(d)[:, None])[live])
+    assert got[7] == -1 and got[live].tolist() == ref.tolist()
+    plain = kmeans_labels(torch.as_tensor(H), 3, seed=2)
+    assert plain[live].tolist() != ref.tolist()
+
+
+def test_run_labels_by_kmeans_on_the_graph_degrees(tmp_path, monkeypatch):
+    """The command rounds with the degrees of A as read (before the sym scaling) and reports the time."""
+    from torchhpc.ext.symnmf import clustering
+    from torchhpc.ext.symnmf.commands import run
+
+    graph, labels = _cliques(tmp_path)
+    seen = {}
+    real = clustering.assign_clusters
+
+    def spy(H, A, how, **kw):
+        seen.update(kw)
+        return real(H, A, how, **kw)
+
+    monkeypatch.setattr(clustering, "assign_clusters", spy)
+    job = SymnmfJob(graph=GraphOptions(path=graph, labels=labels), solver=SolverOptions(k=3, assign="kmeans"),
+                    output=str(tmp_path / "k"), plot=False, save_h=False, run=RunOptions(progress=False))
+    assert run(job) == 0
+    s = json.loads((tmp_path / "k" / "summary.json").read_text())
+    # three 5-cliques joined by two edges, as read: degree 4 inside, 5 at the two ends of each joining edge
+    expected = np.array([4.0] * 15)
+    expected[[4, 5, 9, 10]] = 5.0
+    np.testing.assert_array_equal(seen["degrees"], expected)
+    assert s["assigned_by"] == "kmeans" and s["ari"] == 1.0 and s["assign_s"] >= 0
+
+
+def test_hard_fit_of_a_slowly_converging_block_is_bounded():
+    """A 5,000-node path (its top eigenvalues nearly equal: Lanczos' slow case) goes through the Lanczos path
+    within its restart budget and returns the Perron root's square to 1e-6 ((2 cos(pi / (n + 1)))^2)."""
+    from torchhpc.ext.symnmf.clustering import hard_fit
+
+    n = 5_000
+    P = sp.diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1]).tocsr()
+    assert hard_fit(P, np.zeros(n, np.int64)) == pytest.approx((2 * np.cos(np.pi / (n + 1))) ** 2, rel=1e-6)
+
+
 def test_defaults_at_or_above_spectral_clustering_on_the_breast_cancer_graph():
     """breast_cancer's standardised, symmetrised 10-NN graph (as the quality benchmark builds it): the
     defaults label by k-means there (its hard fit is the larger: 1.9346 against 1.9342) and reach ARI 0.773
