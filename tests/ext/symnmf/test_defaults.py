@@ -248,8 +248,10 @@ def test_hard_fit_of_a_slowly_converging_block_is_bounded():
 
 def test_defaults_at_or_above_spectral_clustering_on_the_breast_cancer_graph():
     """breast_cancer's standardised, symmetrised 10-NN graph (as the quality benchmark builds it): the
-    defaults label by k-means there (its hard fit is the larger: 1.9346 against 1.9342) and reach ARI 0.773
-    against SpectralClustering's 0.761 (mean over seeds 0-4); labelling by argmax gives 0.749."""
+    defaults label by k-means there (its hard fit is the larger: 1.9346 against 1.9342, a margin far above
+    rounding) and reach ARI 0.773 against SpectralClustering's 0.761 (mean over seeds 0-4); labelling by
+    argmax gives 0.749.  The labels come from floats (BLAS, k-means), so another CPU may place a boundary
+    node or two otherwise: each comparison keeps two nodes' worth of slack (one node moves the ARI ~0.003)."""
     from sklearn.cluster import SpectralClustering
     from sklearn.datasets import load_breast_cancer
     from sklearn.neighbors import kneighbors_graph
@@ -267,4 +269,4 @@ def test_defaults_at_or_above_spectral_clustering_on_the_breast_cancer_graph():
                         for s in range(5)])
     ari = clustering_scores(y, ours.labels)["ari"]
     assert ours.assigned_by == "kmeans" and argmax.assigned_by == "argmax"
-    assert ari >= spectral > clustering_scores(y, argmax.labels)["ari"], (ari, spectral)
+    assert ari >= spectral - 0.006 and ari > clustering_scores(y, argmax.labels)["ari"] + 0.012, (ari, spectral)
