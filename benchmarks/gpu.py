@@ -14,7 +14,7 @@ a PNG of the ratios, and a table on stdout.
 |---|---|---|---|
 | kernels | every Triton kernel test, compiled on the GPU (``gpu``-marked ones too) | the torch twins | passed / failed / skipped |
 | segalign | ``torchhpc align`` on CUDA + all cores, and on all cores; whole and ``--nogapped``; whole with ``--gapped-by triton`` (and whether its MAF is the same bytes) | LASTZ 1.04 on one core, the same options | LASTZ s / ours s |
-| ccsdt | E(T) with the fused Triton kernel and the blocked torch path, FP64 | 67 TFLOP/s FP64 tensor-core peak; cuBLAS DGEMM | TFLOP/s, % of peak |
+| ccsdt | E(T), FP64: the pair-blocked GEMMs, the fused kernel on FP64 MMA (tiles 8, 16), the fused CUDA-core kernel | 67 TFLOP/s FP64 tensor-core peak; cuBLAS DGEMM | TFLOP/s, % of peak |
 | foresight | our compressor on CUDA | SZ3, ZFP, fpzip on one CPU core | MB/s and ratio |
 | kraken | table-batched pooling + fused row-wise AdaGrad (two launches) | per-table ``nn.EmbeddingBag`` + ``torch.optim.Adagrad`` | ms, GB/s, % of HBM |
 | sched | the batched simulator's torch path on CUDA | the compiled CPU path | decisions/s |
@@ -58,11 +58,11 @@ class Step:
 STEPS = [
     Step("kernels", 110, True, "every Triton kernel test compiled on the GPU, against its torch twin"),
     Step("segalign", 120, True, "torchhpc align (CUDA / all cores) against LASTZ on one core, whole and filter"),
-    Step("ccsdt", 40, True, "E(T), o=20 v=120, FP64: fused Triton kernel and torch path, TFLOP/s"),
+    Step("ccsdt", 60, True, "E(T), FP64, o=20 v=120 (o=40 v=300 if it fits): pair GEMMs, fused MMA and CUDA-core kernels"),
     Step("foresight", 55, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3"),
-    Step("kraken", 35, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
+    Step("kraken", 30, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
     Step("sched", 30, True, "the batched simulator on CUDA against the compiled CPU path"),
-    Step("symnmf", 45, True, "Gauss-Newton SymNMF, SBM n = 100,000, k = 10: CUDA against all cores"),
+    Step("symnmf", 35, True, "Gauss-Newton SymNMF, SBM n = 100,000, k = 10: CUDA against all cores"),
     Step("pliner", 30, True, "PLiNER on real TF32: ops found and runs"),
 ]
 
@@ -147,9 +147,9 @@ def step_segalign(device: str, work: Path) -> list[dict]:
 
 def step_ccsdt(device: str, work: Path) -> list[dict]:
     """(T) in TFLOP/s on the same inputs: the pair-blocked GEMMs with the fused Triton epilogue (the torch
-    backend on CUDA), the same GEMMs with torch's epilogue, the former GPU path (blocks of triples, six small
-    GEMMs each) and the fused kernel; a small system (where auto picks the fused kernel) and, while time
-    allows, a larger one."""
+    backend on CUDA), the fused kernel on the FP64 tensor cores (triton-mma, tiles of 8 and 16) and the
+    fused kernel on CUDA cores (triton); o=20 v=120, o=10 v=60 (where auto picks the CUDA-core kernel today)
+    and, when the faster path's o=20 rate says it fits the time left, o=40 v=300."""
     import torch
 
     from torchhpc.ext.ccsdt import triples_energy
@@ -158,28 +158,40 @@ def step_ccsdt(device: str, work: Path) -> list[dict]:
 
     variants = {
         "pair blocks, fused epilogue": lambda a: triples_energy_torch(*a, blocking="pair", epilogue="triton"),
-        "pair blocks, torch epilogue": lambda a: triples_energy_torch(*a, blocking="pair", epilogue="torch"),
-        "triple blocks (before)": lambda a: triples_energy_torch(*a, blocking="triple"),
-        "fused kernel": lambda a: triples_energy(*a, backend="triton"),
+        "fused MMA kernel, tile 8": lambda a: triples_energy(*a, backend="triton-mma", tile=8),
+        "fused MMA kernel, tile 16": lambda a: triples_energy(*a, backend="triton-mma", tile=16),
+        "fused CUDA-core kernel": lambda a: triples_energy(*a, backend="triton"),
     }
-    pair, pair_torch, _, kernel = list(variants)
-    rows, t_start = [], time.perf_counter()
-    # o=10 v=60 decides auto below TRITON_AUTO_MAX_NVIR (today the fused kernel there), o=20 v=120 above it
-    for o, v, names in ((20, 120, list(variants)), (10, 60, [pair, kernel]), (30, 200, [pair, pair_torch])):
-        if o > 20 and time.perf_counter() - t_start > 15:
-            break
+    pair, mma8, mma16, fma = list(variants)
+    rows, rates, t_start = [], {}, time.perf_counter()
+    budget = 50.0  # of the step's 60 s
+
+    def flops(o, v):
+        return 2.0 * (o**3 * v**4 + o**4 * v**3)  # particle (o^3 v^4) and hole (o^4 v^3) contractions
+
+    for o, v, names in ((20, 120, [pair, mma8, fma, mma16]), (10, 60, [pair, mma8, fma]), (40, 300, None)):
+        if names is None:  # the large system: the fastest path at o=20, if its rate says it fits
+            best = max(rates, key=rates.get, default=None)
+            left = budget - (time.perf_counter() - t_start)
+            if best is None or 2.5 * flops(o, v) / rates[best] > left:
+                rows.append({"name": f"(T) o={o} v={v}", "skipped": f"{best} would need "
+                             f"~{flops(o, v) / rates[best]:.0f} s, {left:.0f} s left" if best else "no rate"})
+                break
+            names = [best]
         args = check_inputs(*random_inputs(o, v, seed=0), device=device)
-        flops = 2.0 * (o**3 * v**4 + o**4 * v**3)  # particle (o^3 v^4) and hole (o^4 v^3) contractions
         energies = {}
         for name in names:
-            if name != "triple blocks (before)":
-                variants[name](args)  # compile, warm caches
+            if name == mma16 and time.perf_counter() - t_start > 25:
+                continue  # its compile alone takes ~20 s
+            variants[name](args)  # compile, warm caches
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             energies[name] = variants[name](args)
             torch.cuda.synchronize()
             dt = time.perf_counter() - t0
-            tf = flops / dt / 1e12
+            tf = flops(o, v) / dt / 1e12
+            if o == 20:
+                rates[name] = flops(o, v) / dt
             rows.append({"name": f"(T) o={o} v={v} {name}", "seconds": round(dt, 3), "tflops": round(tf, 3),
                          "pct_fp64_peak": round(100 * tf / FP64_PEAK_TFLOPS, 2),
                          "differs_from_first_by": float(f"{abs(energies[name] - energies[names[0]]):.3g}")})

@@ -108,6 +108,11 @@ def test_ccsdt_paths_per_block():
     GPU_BUDGETS["triton"].check(work, 1, "ccsdt fused kernel")
     assert work.launch_ops["triton:_triples_energy_kernel"] == 1
     assert e_triton == pytest.approx(e_torch, rel=1e-12)
+    with count_host_work() as work:
+        e_mma = triples_energy(*args, backend="triton-mma")
+    GPU_BUDGETS["triton-mma"].check(work, 1, "ccsdt fused kernel on FP64 MMA")
+    assert work.launch_ops["triton:_triples_mma_kernel"] == 1
+    assert e_mma == pytest.approx(e_torch, rel=1e-12)
 
 
 def test_kraken_table_batched_step():

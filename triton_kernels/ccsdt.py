@@ -259,6 +259,146 @@ def _epilogue_kernel(
     tl.store(out_ptr + pid, e * w)
 
 
+# ----------------------------------------------------------------------------- the fused kernel on FP64 MMA
+
+
+@triton.jit
+def _layout_t(tt_ptr, xa_ptr, xb_ptr, p, q, p2, q2, s, s2, r0, c0, c1, NOCC, NVIR,
+              TILE: tl.constexpr, KB: tl.constexpr):
+    # One GEMM layout of W (torchhpc.ext.ccsdt.blocks.InCoreOperands) on one block, transposed so that the
+    # wide side is the MMA's M: L^T[(y z), x] = AT[s][:, (y z)]^T TT[p,q][x, :]^T + BT[s2][:, (y z)]^T TT[p2,q2][x, :]^T
+    # for x in tile r0, y in tile c0, z in tile c1, contracted over K = v + o (the particle f stacked on the
+    # hole m) in chunks of KB. Returns (TILE * TILE, TILE) float64 accumulated on the tensor cores.
+    KTOT = NVIR + NOCC
+    lanes = tl.arange(0, TILE).to(tl.int64)
+    x = tl.minimum(r0 * TILE + lanes, NVIR - 1)
+    n = tl.arange(0, TILE * TILE).to(tl.int64)
+    yz = tl.minimum(c0 * TILE + n // TILE, NVIR - 1) * NVIR + tl.minimum(c1 * TILE + n % TILE, NVIR - 1)
+    vv = tl.cast(NVIR, tl.int64) * NVIR
+    t_rows = ((p * NOCC + q) * NVIR + x) * KTOT  # TT[p, q][x, 0]
+    t2_rows = ((p2 * NOCC + q2) * NVIR + x) * KTOT
+    acc = tl.zeros((TILE * TILE, TILE), dtype=tl.float64)
+    for k0 in range(0, KTOT, KB):
+        kk = k0 + tl.arange(0, KB).to(tl.int64)
+        live = kk < KTOT
+        a = tl.load(xa_ptr + (s * KTOT + kk)[None, :] * vv + yz[:, None], mask=live[None, :], other=0.0)
+        t = tl.load(tt_ptr + t_rows[None, :] + kk[:, None], mask=live[:, None], other=0.0)
+        acc = tl.dot(a, t, acc, out_dtype=tl.float64)
+        b = tl.load(xb_ptr + (s2 * KTOT + kk)[None, :] * vv + yz[:, None], mask=live[None, :], other=0.0)
+        t = tl.load(tt_ptr + t2_rows[None, :] + kk[:, None], mask=live[:, None], other=0.0)
+        acc = tl.dot(b, t, acc, out_dtype=tl.float64)
+    return acc
+
+
+@triton.jit
+def _w_block(tt_ptr, at_ptr, bt_ptr, i, j, k, X0, X1, X2, NOCC, NVIR, TILE: tl.constexpr, KB: tl.constexpr):
+    # W_ijk[x, y, z] on the block x in tile X0, y in X1, z in X2 (indices past nvir clamped), from its three
+    # GEMM layouts W = La[x, (y z)] + Lc[z, (x y)] + Lb[y, (x z)] (eqs. 1 and 3), each a pair of FP64 dots
+    la = _layout_t(tt_ptr, at_ptr, bt_ptr, i, k, i, j, j, k, X0, X1, X2, NOCC, NVIR, TILE, KB)
+    w = tl.permute(tl.reshape(la, (TILE, TILE, TILE)), (2, 0, 1))  # [y, z, x] -> [x, y, z]
+    lc = _layout_t(tt_ptr, at_ptr, bt_ptr, k, j, k, i, i, j, X2, X0, X1, NOCC, NVIR, TILE, KB)
+    w += tl.reshape(lc, (TILE, TILE, TILE))  # [x, y, z] already
+    lb = _layout_t(tt_ptr, at_ptr, bt_ptr, j, k, j, i, i, k, X1, X0, X2, NOCC, NVIR, TILE, KB)
+    w += tl.permute(tl.reshape(lb, (TILE, TILE, TILE)), (0, 2, 1))  # [x, z, y] -> [x, y, z]
+    return w
+
+
+@triton.jit
+def _ordering_mma(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, T0, T1, T2, x, y, z,
+                  D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr, NOCC, NVIR,
+                  TILE: tl.constexpr, KB: tl.constexpr):
+    # X_P = W_ijk[P(abc)] and V_P for one ordering P of the tile triple: W on the block of tiles (T0, T1, T2)
+    # by MMA, read back to [a, b, c] order by the permutation (D0, D1, D2); V gathered at (x, y, z) = P(a, b, c)
+    w = _w_block(tt_ptr, at_ptr, bt_ptr, i, j, k, T0, T1, T2, NOCC, NVIR, TILE, KB)
+    return tl.permute(w, (D0, D1, D2)), _disconnected_at(ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z,
+                                                         NOCC, NVIR)
+
+
+@triton.jit
+def _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C, T0, T1, T2,
+                   x, y, z, D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr,
+                   U0, U1, U2, u, v, w, E0: tl.constexpr, E1: tl.constexpr, E2: tl.constexpr,
+                   NOCC, NVIR, TILE: tl.constexpr, KB: tl.constexpr):
+    # An even ordering (block T, permutation D, points x y z) and an odd one. With two equal tiles the odd
+    # one is the even one's tile with two axes swapped (A = B: a <-> b; B = C: b <-> c), on the same block,
+    # so it costs no MMA (the doubled work of the tile triples with equal tiles); with three distinct tiles
+    # it is the block U read back by E at points (u, v, w). Which odd ordering pairs with which even one
+    # does not matter: each of the six is visited once, and the energy is a symmetric sum over them.
+    xe, ve = _ordering_mma(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, T0, T1, T2,
+                           x, y, z, D0, D1, D2, NOCC, NVIR, TILE, KB)
+    if A == B:
+        xo = tl.permute(xe, (1, 0, 2))
+        vo = tl.permute(ve, (1, 0, 2))
+    elif B == C:
+        xo = tl.permute(xe, (0, 2, 1))
+        vo = tl.permute(ve, (0, 2, 1))
+    else:
+        xo, vo = _ordering_mma(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, U0, U1, U2,
+                               u, v, w, E0, E1, E2, NOCC, NVIR, TILE, KB)
+    return xe, xe + 0.5 * ve, xo, xo + 0.5 * vo
+
+
+@triton.jit(do_not_specialize=["n_occ", "NOCC", "NVIR"])
+def _triples_mma_kernel(
+    tt_ptr,  # (o, o, v, v + o) TT of InCoreOperands
+    at_ptr,  # (o, v + o, v^2) AT
+    bt_ptr,  # (o, v + o, v^2) BT
+    t1_ptr, t2_ptr, ovov_ptr, fov_ptr,  # (o, v), (o, o, v, v), (o, v, o, v), (o, v)
+    eocc_ptr,  # (o,)
+    evir_ptr,  # (v,)
+    occ_ptr,  # (n_occ, 3) int64 occupied triples i >= j >= k
+    occ_w_ptr,  # (n_occ,) float64
+    vt_ptr,  # (n_vt, 3) int64 virtual tile triples A >= B >= C
+    vt_w_ptr,  # (n_vt,) float64
+    out_ptr,  # (n_vt * n_occ,) float64 partial energies, tile triple major
+    n_occ,
+    NOCC,
+    NVIR,
+    TILE: tl.constexpr,
+    KB: tl.constexpr,
+):
+    # The fused (T) on the FP64 tensor cores: one program per (virtual tile triple, occupied triple), the
+    # occupied triple fastest so that neighbouring programs share the tile's columns of AT/BT and rows of TT
+    # in L2. Per ordering of the tile triple, W on one TILE^3 block is three GEMM layouts, each two FP64
+    # dots of (TILE^2 x KB) by (KB x TILE) over K = v + o; a block costs 6 TILE^3 (v + o) multiply-adds and
+    # loads 6 (TILE^2 + TILE) (v + o) float64: TILE^2 / (4 (TILE + 1)) flops per byte loaded (3.8 at TILE 16,
+    # 1.8 at 8), served from L2 where the working set fits. Tile triples with two or three equal
+    # tiles compute 3 blocks, not 6: the computed blocks are ntile^3 + 2 ntile, the flops counted by
+    # triples_flops plus O(1/ntile^2). The six orderings then meet as in _triples_energy_kernel.
+    pid = tl.program_id(0).to(tl.int64)
+    s = pid // n_occ
+    t = pid % n_occ
+    i = tl.load(occ_ptr + 3 * t)
+    j = tl.load(occ_ptr + 3 * t + 1)
+    k = tl.load(occ_ptr + 3 * t + 2)
+    wgt = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    A = tl.load(vt_ptr + 3 * s)
+    B = tl.load(vt_ptr + 3 * s + 1)
+    C = tl.load(vt_ptr + 3 * s + 2)
+    lanes = tl.arange(0, TILE).to(tl.int64)
+    ra, rb, rc = A * TILE + lanes, B * TILE + lanes, C * TILE + lanes
+    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
+    a = tl.minimum(ra, NVIR - 1)[:, None, None]
+    b = tl.minimum(rb, NVIR - 1)[None, :, None]
+    c = tl.minimum(rc, NVIR - 1)[None, None, :]
+    # even abc (block A B C) with odd bac (block B A C, read back by swapping a <-> b)
+    xe, ye, xo, yo = _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C,
+                                    A, B, C, a, b, c, 0, 1, 2, B, A, C, b, a, c, 1, 0, 2, NOCC, NVIR, TILE, KB)
+    sxy = xe * ye + xo * yo
+    # even bca (W[b, c, a] on block B C A) with odd acb (W[a, c, b] on block A C B)
+    x1, y1, x2, y2 = _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C,
+                                    B, C, A, b, c, a, 2, 0, 1, A, C, B, a, c, b, 0, 2, 1, NOCC, NVIR, TILE, KB)
+    sxy += x1 * y1 + x2 * y2
+    xe, ye, xo, yo = xe + x1, ye + y1, xo + x2, yo + y2
+    # even cab (W[c, a, b] on block C A B) with odd cba (W[c, b, a] on block C B A)
+    x1, y1, x2, y2 = _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C,
+                                    C, A, B, c, a, b, 1, 2, 0, C, B, A, c, b, a, 2, 1, 0, NOCC, NVIR, TILE, KB)
+    sxy += x1 * y1 + x2 * y2
+    xe, ye, xo, yo = xe + x1, ye + y1, xo + x2, yo + y2
+    e = _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask)
+    tl.store(out_ptr + pid, e * wgt)
+
+
 # ----------------------------------------------------------------------------- launcher
 
 
@@ -345,5 +485,47 @@ def epilogue_partials(
     _epilogue_kernel[(out.numel(),)](
         lc, lb, la, t1, t2, ovov, fock_ov, e_occ, e_vir, occ_idx, occ_weight, vt_idx, vt_weight, out,
         vt_idx.shape[0], t1.shape[0], v, TILE=tile, num_warps=num_warps,
+    )
+    return out
+
+
+def triples_energy_mma_partials(
+    tt: torch.Tensor, at: torch.Tensor, bt: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, ovov: torch.Tensor,
+    fock_ov: torch.Tensor, mo_energy: torch.Tensor, occ_idx: torch.Tensor, occ_weight: torch.Tensor,
+    tile: int = 8, kb: int = 16, num_warps: int = 8, num_stages: int = 1,
+) -> torch.Tensor:
+    """Weighted partial (T) energies from the fused kernel on FP64 MMA, one per (tile triple, occupied triple).
+
+    ``tt (o, o, v, v + o)``, ``at``/``bt (o, v + o, v^2)`` are the GEMM operands of
+    :class:`torchhpc.ext.ccsdt.blocks.InCoreOperands` (``TT``, ``AT``, ``BT``); the rest as in
+    :func:`triples_energy_partials`. All float64 and contiguous on one device; no host sync.
+
+    Returns:
+        ``(n_tile_triples * n,)`` float64; their sum is E(T).
+    """
+    if tile < 1 or tile & (tile - 1) or tile > 32:
+        raise ValueError(f"tile must be a power of two <= 32, got {tile}")
+    if kb < 16 or kb & (kb - 1):
+        raise ValueError(f"kb must be a power of two >= 16 (the FP64 MMA's K), got {kb}")
+    o, v = t1.shape
+    shapes = {"tt": (tt, (o, o, v, v + o)), "at": (at, (o, v + o, v * v)), "bt": (bt, (o, v + o, v * v))}
+    for name, (x, shape) in shapes.items():
+        if x.dtype != torch.float64 or not x.is_contiguous() or tuple(x.shape) != shape:
+            raise ValueError(f"{name} must be a contiguous float64 {shape} tensor, got {x.dtype} {tuple(x.shape)}")
+    for name, x in {"t1": t1, "t2": t2, "ovov": ovov, "fock_ov": fock_ov, "mo_energy": mo_energy,
+                    "occ_weight": occ_weight}.items():
+        if x.dtype != torch.float64:
+            raise ValueError(f"{name} must be float64 (the kernel is FP64 throughout), got {x.dtype}")
+    dev = t1.device
+    vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
+    n_occ = occ_idx.shape[0]
+    out = torch.empty(vt_idx.shape[0] * n_occ, dtype=torch.float64, device=dev)
+    if out.numel() == 0:
+        return out
+    mo_energy = mo_energy.contiguous()
+    _triples_mma_kernel[(out.numel(),)](
+        tt, at, bt, t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(),
+        mo_energy[:o].contiguous(), mo_energy[o:].contiguous(), occ_idx.contiguous(), occ_weight.contiguous(),
+        vt_idx, vt_w, out, n_occ, o, v, TILE=tile, KB=kb, num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -89,10 +89,10 @@ def _finite(x: float | None) -> float | None:
 
 def _refuse_triton(options: CCSDTOptions) -> None:
     """The distributed (T) runs the torch path: ``--backend triton`` with several processes is one line."""
-    if options.backend == "triton":
+    if options.backend in ("triton", "triton-mma"):
         from torchhpc.ext.core.errors import InputError
 
-        raise InputError("--backend triton runs in one process; the distributed (T) runs the torch path "
+        raise InputError(f"--backend {options.backend} runs in one process; the distributed (T) runs the torch path "
                          "(--backend auto or torch with --nproc)")
 
 

@@ -25,7 +25,7 @@ from torchhpc.ext.core.errors import ConfigError
 DEFAULT_MAX_MEMORY_MB = 4000.0
 
 #: what ``--backend`` accepts: ``auto`` picks by :func:`torchhpc.ext.ccsdt.ops.triples_backend`
-BACKEND_CHOICES = ("auto", "torch", "triton")
+BACKEND_CHOICES = ("auto", "torch", "triton", "triton-mma")
 
 
 @dataclass
@@ -77,7 +77,8 @@ class CCSDTOptions(Options):
     inputs: Path | None = option(None, flag="--inputs",
                                  help="(T) inputs saved with --save-inputs, instead of a molecule (no PySCF needed)")
     backend: str = option("auto", choices=BACKEND_CHOICES,
-                          help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs")
+                          help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs; "
+                          "triton-mma: the fused kernel on the FP64 tensor cores")
     max_memory: float | None = option(None, gt=0,
                                       help="MB bound of the (T) operands and work buffers on the device, per rank "
                                       "(picks the block size; below the in-core need the integrals stream out of "

@@ -26,9 +26,10 @@
   out to worker threads. ``max_memory`` (MB) bounds the work buffers and so picks the
   block size. The input checks and the kernel of one block, which the out-of-core and
   distributed paths share, are in :mod:`torchhpc.ext.ccsdt.blocks`.
-* **Triton path** (:func:`triples_energy_triton`): the fused kernel of
-  :mod:`torchhpc.triton_kernels.ccsdt`, one program per (occupied triple, virtual
-  tile triple); only partial energies leave the kernel.
+* **Triton paths**: the fused kernels of :mod:`torchhpc.triton_kernels.ccsdt`, one program per
+  (occupied triple, virtual tile triple), only partial energies leave the kernel:
+  :func:`triples_energy_triton` on FP64 CUDA-core FMAs, :func:`triples_energy_mma` on the FP64
+  tensor cores (``tl.dot`` over the GEMM operands of :class:`~torchhpc.ext.ccsdt.blocks.InCoreOperands`).
 * **out of core** (:mod:`torchhpc.ext.ccsdt.slices`): when ``max_memory`` cannot hold the in-core
   operands (:func:`fits_in_core`), the torch path keeps the integrals in host memory and streams their
   occupied slices through a bounded cache; with ``group=`` the triples are shared out over the ranks
@@ -78,6 +79,8 @@ GPU_BUDGETS = {
     "torch": HostBudget("block", syncs=0, launches=9, fixed_syncs=1, fixed_launches=16,
                         why="pair blocks: 6 GEMMs, the fused epilogue and its sum per block; the energy read once"),
     "triton": HostBudget("call", syncs=10, launches=40, why="the input checks' item(); one kernel launch"),
+    "triton-mma": HostBudget("call", syncs=10, launches=60,
+                             why="the input checks' item(); the GEMM operands built once (~20 launches); one launch"),
 }
 
 
@@ -243,8 +246,9 @@ def triples_energy_torch(
 TRITON_AUTO_MAX_NVIR = 64
 """Largest virtual space for which ``backend='auto'`` picks the fused kernel on CUDA."""
 
-#: the implementations of the (T): blocked GEMMs, the fused kernel, the dense formula
-BACKENDS = ("torch", "triton", "reference")
+#: the implementations of the (T): blocked GEMMs, the fused kernel (CUDA cores), the fused kernel on the FP64
+#: tensor cores, the dense formula
+BACKENDS = ("torch", "triton", "triton-mma", "reference")
 
 
 def triples_backend(requested: str, nvir: int, device: str | torch.device) -> str:
@@ -285,9 +289,36 @@ def triples_energy_triton(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, tile:
     return float(partial.sum())
 
 
+def triples_energy_mma(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, max_memory: float,
+                       tile: int = 8) -> float:
+    """The fused kernel on the FP64 tensor cores (CUDA, or the CPU under ``TRITON_INTERPRET=1``): the GEMM
+    operands of :class:`~torchhpc.ext.ccsdt.blocks.InCoreOperands` built once on the device, then one launch;
+    tensors already checked.
+
+    Raises:
+        InputError: ``max_memory`` (MB) cannot hold the operands (:func:`incore_bytes`); the torch backend
+            runs such systems out of core.
+    """
+    from torchhpc.triton_kernels import ccsdt as K
+
+    o, v = t1.shape
+    need = incore_bytes(o, v)
+    if need > max_memory * 2**20:
+        raise InputError(f"backend triton-mma keeps its GEMM operands on the device: {math.ceil(need / 2**20)} MB "
+                         f"for nocc={o}, nvir={v}, over max_memory={max_memory:g} MB; the torch backend runs "
+                         "out of core")
+    idx, wts = occupied_triples(o, device=t1.device)
+    if idx.shape[0] == 0:
+        return 0.0
+    X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
+    partial = K.triples_energy_mma_partials(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, wts,
+                                            tile=tile)
+    return float(partial.sum())
+
+
 def triples_energy(
     t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *,
-    backend: Literal["auto", "torch", "triton", "reference"] = "auto",
+    backend: Literal["auto", "torch", "triton", "triton-mma", "reference"] = "auto",
     device: str | torch.device | None = None,
     max_memory: float | None = None,
     block_triples: int | None = None,
@@ -312,14 +343,15 @@ def triples_energy(
         fock_ov: ``(o, v)`` occupied-virtual Fock block ``f[k,c]``.
         mo_energy: ``(o + v,)`` active orbital energies (occupied first).
         backend: ``auto`` (Triton on CUDA for ``nvir <= TRITON_AUTO_MAX_NVIR``, else torch; see
-            :func:`triples_backend`), ``torch`` (blocked GEMMs), ``triton`` (the fused kernel) or
-            ``reference`` (dense einsum).
+            :func:`triples_backend`), ``torch`` (blocked GEMMs), ``triton`` (the fused kernel on FP64
+            CUDA cores), ``triton-mma`` (the fused kernel on the FP64 tensor cores) or ``reference``
+            (dense einsum).
         device: where to compute (default: where ``t1`` is; numpy inputs go to the CPU).
         max_memory: MB for the torch path's operands and buffers on the device (picks the block size;
             default :func:`memory_budget_mb`: 80 % of the free memory on CUDA, 4000 MB on the CPU).
         block_triples: force the torch path's block size (occupied triples per block).
         num_threads: the torch path's CPU worker threads (default ``torch.get_num_threads()``).
-        tile: the Triton kernel's virtual tile edge (a power of two).
+        tile: the Triton kernels' virtual tile edge (a power of two; 8 by default).
         progress: tqdm bar over the torch path's blocks.
         group: a ``torch.distributed`` process group: the triples are shared out over its ranks
             (:func:`torchhpc.ext.ccsdt.distributed.triples_energy_distributed`; every rank calls this
@@ -370,6 +402,8 @@ def triples_energy(
                                     num_threads=num_threads, progress=progress)
     if backend == "triton":
         return triples_energy_triton(*arrays, tile=tile)
+    if backend == "triton-mma":
+        return triples_energy_mma(*arrays, max_memory=max_memory, tile=tile)
     if backend == "reference":
         from .reference import triples_energy_reference
 
@@ -380,5 +414,6 @@ def triples_energy(
 #: ``INPUT_NAMES``, ``check_inputs`` and ``occupied_triples`` live in :mod:`~torchhpc.ext.ccsdt.blocks` and are
 #: importable from here too, beside the dispatch that uses them
 __all__ = ["BACKENDS", "INPUT_NAMES", "TRITON_AUTO_MAX_NVIR", "check_inputs", "fits_in_core", "incore_bytes",
-           "occupied_triples", "triples_backend", "triples_energy", "triples_energy_torch", "triples_energy_triton",
+           "occupied_triples", "triples_backend", "triples_energy", "triples_energy_mma", "triples_energy_torch",
+           "triples_energy_triton",
            "triples_flops"]

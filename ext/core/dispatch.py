@@ -59,11 +59,11 @@ def default_auto(device, choices: Sequence[str]) -> str:
 def check_backend(name: str, device) -> None:
     """Raise :class:`InputError` when backend ``name`` cannot run on ``device``."""
     kind = _device_type(device)
-    if name == "triton":
+    if name == "triton" or name.startswith("triton-"):  # a Triton kernel, e.g. ccsdt's triton-mma
         if not triton_available():
-            raise InputError("backend 'triton' needs the triton package (pip install triton), or use 'torch'")
+            raise InputError(f"backend '{name}' needs the triton package (pip install triton), or use 'torch'")
         if kind != "cuda" and not triton_interpreted():
-            raise InputError("backend 'triton' needs a CUDA device (--device cuda), or TRITON_INTERPRET=1 "
+            raise InputError(f"backend '{name}' needs a CUDA device (--device cuda), or TRITON_INTERPRET=1 "
                              "to interpret it on the CPU")
     elif name == "numba":
         if not numba_available():

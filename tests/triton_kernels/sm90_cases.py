@@ -170,7 +170,13 @@ def kraken_cases():
 
 
 def ccsdt_cases():
-    from torchhpc.triton_kernels.ccsdt import epilogue_partials, triples_energy_partials, virtual_tile_triples
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.triton_kernels.ccsdt import (
+        epilogue_partials,
+        triples_energy_mma_partials,
+        triples_energy_partials,
+        virtual_tile_triples,
+    )
 
     for o, v in ((1, 1), (3, 5), (4, 16)):
         f64 = {"dtype": torch.float64, "generator": _g(o * 100 + v)}
@@ -189,6 +195,9 @@ def ccsdt_cases():
         yield f"ccsdt epilogue o={o} v={v}", \
             lambda a=(*layouts, t1, t2, ovov, fock_ov, mo_energy[:o], mo_energy[o:], idx, wgt, vt_idx, vt_w): \
             epilogue_partials(*a, tile=8)
+        X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
+        yield f"ccsdt mma o={o} v={v}", \
+            lambda a=(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, wgt): triples_energy_mma_partials(*a)
 
 
 CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases]

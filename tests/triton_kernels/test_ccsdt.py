@@ -55,6 +55,75 @@ def test_fused_epilogue_of_the_pair_blocks_matches_torch_and_reference(kernel_de
     assert abs(fused - unfused) < 1e-12 * max(1.0, abs(ref))
 
 
+# (nocc, nvir, tile): three tiles (tile triples with three distinct tiles, A = B > C, A > B = C, A = B = C, a
+# ragged last tile), one ragged tile pair, one tile wider than the virtual space, one virtual of one tile
+MMA_CASES = [(3, 5, 2), (2, 7, 4), (4, 3, 16), (2, 1, 1)]
+
+
+@pytest.mark.parametrize("nocc,nvir,tile", MMA_CASES)
+def test_mma_kernel_matches_the_cuda_core_kernel_program_by_program(kernel_device, nocc, nvir, tile):
+    """The fused kernel on FP64 MMA stores, for every (tile triple, occupied triple), the partial energy the
+    CUDA-core kernel stores for it (to 1e-12 of the energy: the two sum in different orders), so a wrong
+    block, permutation or reused ordering cannot cancel out in the total; the total equals the reference."""
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.triton_kernels.ccsdt import triples_energy_mma_partials, triples_energy_partials
+
+    args = [a.to(kernel_device) for a in random_inputs(nocc, nvir, seed=7 * nocc + nvir, symmetric=nocc != 3)]
+    t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy = args
+    idx, w = occupied_triples(nocc, device=kernel_device)
+    X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
+    mma = triples_energy_mma_partials(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, w, tile=tile)
+    fma = triples_energy_partials(*args, idx, w, tile=tile)
+    ref = triples_energy_reference(*[a.cpu() for a in args])
+    tol = 1e-12 * max(abs(ref), 1e-2)  # the energies here are 1e-3 to 1e-1 Eh (exactly 0 for one virtual)
+    assert mma.shape == fma.shape
+    assert (mma.view(-1, idx.shape[0]).T.reshape(-1) - fma).abs().max() <= tol  # tile-major order
+    assert abs(float(mma.sum()) - ref) <= tol, (float(mma.sum()), ref)
+    if nvir > 1:
+        assert abs(ref) > 1e-6 and (fma.abs() > 1e-9 * abs(ref)).sum() > 1  # partials that mean something
+
+
+def test_mma_kernel_computes_each_block_once(monkeypatch):
+    """Tile triples with equal tiles get their odd orderings by permuting the even ones, so a program computes
+    6, 3 or 3 blocks of W (three distinct, two equal, all equal tiles): ntile^3 + 2 ntile over all tile triples
+    of an occupied triple, where computing all six orderings would take 6 x (the number of tile triples)."""
+    import torch
+
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.triton_kernels import ccsdt as K
+
+    if torch.cuda.is_available():
+        pytest.skip("counts the interpreted kernel's block computations")
+    calls = []
+    block = K._w_block
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return block(*args, **kwargs)
+
+    monkeypatch.setattr(K, "_w_block", counted)
+    nocc, nvir, tile = 2, 5, 2  # three tiles: tile triples of all kinds
+    args = random_inputs(nocc, nvir, seed=3)
+    idx, w = occupied_triples(nocc)
+    X = InCoreOperands(*args[:6])
+    K.triples_energy_mma_partials(X.TT, X.AT, X.BT, args[0], args[1], args[4], args[5], args[6], idx, w, tile=tile)
+    nt = 3
+    assert len(calls) == idx.shape[0] * (nt**3 + 2 * nt)  # 33 blocks per occupied triple, not 6 x 10
+
+
+def test_mma_backend_through_the_dispatch(kernel_device):
+    """``backend="triton-mma"`` builds its operands and equals the reference; a max_memory below its operands is
+    one clear error that names the backend that runs out of core."""
+    from torchhpc.ext.core.errors import InputError
+
+    args = [a.to(kernel_device) for a in random_inputs(3, 6, seed=4, symmetric=True)]
+    ref = triples_energy_reference(*[a.cpu() for a in args])
+    assert abs(triples_energy(*args, backend="triton-mma") - ref) < 1e-12 * abs(ref)
+    with pytest.raises(InputError, match="torch backend runs out of core"):
+        triples_energy(*args, backend="triton-mma", max_memory=0.01)
+    assert triples_energy(*[a.to(kernel_device) for a in random_inputs(1, 4, seed=1)], backend="triton-mma") == 0.0
+
+
 def test_single_occupied_orbital_needs_no_launch(kernel_device):
     """With one occupied orbital every triple is i = j = k and E(T) is exactly zero."""
     args = [a.to(kernel_device) for a in random_inputs(1, 5, seed=1)]
@@ -71,13 +140,23 @@ def test_launcher_rejects_what_the_kernel_cannot_do(kernel_device):
         triples_energy_partials(*args, idx, w, tile=3)
     with pytest.raises(ValueError, match="float64"):
         triples_energy_partials(*args[:2], args[2].float(), *args[3:], idx, w)
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.triton_kernels.ccsdt import triples_energy_mma_partials
+
+    t1, t2, _, _, ovov, fock_ov, e = args
+    X = InCoreOperands(*args[:6])
+    with pytest.raises(ValueError, match="kb must be"):
+        triples_energy_mma_partials(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, e, idx, w, kb=8)
+    with pytest.raises(ValueError, match="at must be a contiguous float64"):
+        triples_energy_mma_partials(X.TT, X.AT.transpose(1, 2), X.BT, t1, t2, ovov, fock_ov, e, idx, w)
 
 
 @pytest.mark.gpu
 def test_kernel_on_cuda_matches_the_cpu_torch_path():
-    """On a GPU, the compiled kernel and the torch path on CUDA agree with the CPU torch path (larger sizes)."""
+    """On a GPU, the compiled kernels and the torch path on CUDA agree with the CPU torch path (larger sizes,
+    a ragged last tile); the MMA kernel at both tile sizes."""
     args = random_inputs(6, 37, seed=9)
     cpu = triples_energy(*args, backend="torch")
-    for backend in ("triton", "torch"):
-        gpu = triples_energy(*[a.cuda() for a in args], backend=backend)
-        assert abs(gpu - cpu) < 1e-11 * max(1.0, abs(cpu)), backend
+    for backend, tile in (("triton", 8), ("torch", 8), ("triton-mma", 8), ("triton-mma", 16)):
+        gpu = triples_energy(*[a.cuda() for a in args], backend=backend, tile=tile)
+        assert abs(gpu - cpu) < 1e-11 * max(1.0, abs(cpu)), (backend, tile)

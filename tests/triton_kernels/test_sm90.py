@@ -74,7 +74,7 @@ def test_sizes_that_change_per_call_compile_once(report):
     """Sizes are runtime values, so one compiled variant serves every size: segalign compiles once per
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
     over shapes with dimensions of 1, 3, 5, 6, 16 and 37 and batches of 1 and 5 fields (the block codec's
-    unpacking once); ccsdt's epilogue once over o and v of 1, 3-5 and 16; the Y-drop sweep once per walls branch
+    unpacking once); ccsdt's epilogue and MMA kernel once each over o and v of 1, 3-5 and 16; the Y-drop sweep once per walls branch
     over 1 and 37 extensions of 1 and 1000 bases."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
@@ -95,8 +95,9 @@ def test_sizes_that_change_per_call_compile_once(report):
         sizes = {"_block_unpack_kernel": ("total", "NB"), "_block_scan_kernel": ("F", "NB"),
                  "_block_pack_kernel": ("F", "NB")}.get(k["kernel"], ("N0", "N1", "N2"))
         assert all(k["signature"][n] == "i32" for n in sizes)
-    epilogue = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, "ccsdt epilogue")}
-    assert len(epilogue) == 1  # o = 1, 3, 4 and v = 1, 5, 16: one compiled kernel
+    for kernel in ("ccsdt epilogue", "ccsdt mma"):
+        compiled = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, kernel)}
+        assert len(compiled) == 1, kernel  # o = 1, 3, 4 and v = 1, 5, 16: one compiled kernel
     backward = {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report)
                 if k["kernel"] == "_bag_backward_rows_kernel"}
     assert all(json.loads(v)[0]["nnz"] == "i32" for v in backward)
@@ -110,3 +111,11 @@ def test_fp64_scalars_reach_the_kernel_as_fp64(report):
     given = [s for s in sigs if "vflag_ptr" in s and s["r_ptr"] == "*i64"]  # the interpolation's residuals
     assert given and all(s["vflag_ptr"] == "*u8" for s in given)
     assert all(ty != "fp32" for s in sigs for ty in s.values())
+
+
+def test_ccsdt_mma_kernel_runs_on_the_fp64_tensor_cores(report):
+    """The fused (T) kernel built on tl.dot compiles its FP64 dots to tensor-core MMAs (mma.sync ... .f64 in
+    the PTX) at every size, where the CUDA-core kernel and the epilogue have none."""
+    mma = _kernels(report, "ccsdt mma")
+    assert len(mma) == 3 and all(k["fp64_mma"] for _, k in mma)
+    assert not any(k["fp64_mma"] for _, k in _kernels(report, "ccsdt triples") + _kernels(report, "ccsdt epilogue"))

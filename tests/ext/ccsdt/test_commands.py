@@ -24,14 +24,14 @@ def saved(tmp_path):
     return path, triples_energy_reference(*arrays)
 
 
-@pytest.mark.parametrize("backend", ["auto", "torch", "triton"])
+@pytest.mark.parametrize("backend", ["auto", "torch", "triton", "triton-mma"])
 def test_printed_backend_is_the_one_that_ran(saved, monkeypatch, backend):
     """The report's '(<backend> on <device>' names what triples_energy was asked to run; E(T) is right
-    (triton on CUDA where there is a GPU, else interpreted on the CPU)."""
-    if backend == "triton" and not triton_available():
+    (the Triton kernels on CUDA where there is a GPU, else interpreted on the CPU)."""
+    if backend.startswith("triton") and not triton_available():
         pytest.skip("triton is not installed")
     device = "cpu"
-    if backend == "triton" and not triton_interpreted():
+    if backend.startswith("triton") and not triton_interpreted():
         if not torch.cuda.is_available():
             pytest.skip("triton needs CUDA or TRITON_INTERPRET=1")
         device = "cuda"
