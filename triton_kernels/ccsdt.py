@@ -116,25 +116,32 @@ def _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x,
 
 
 @triton.jit
-def _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE: tl.constexpr):
-    # program id -> (occupied triple t = (i, j, k), virtual tile triple s), its weight w_occ * w_vir, and the
-    # tile's virtual indices a, b, c (clamped for the loads) with the mask of those inside nvir
+def _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_minor, NVIR, TILE: tl.constexpr,
+                  TILE_MAJOR: tl.constexpr = False):
+    # program id -> (occupied triple t = (i, j, k), virtual tile triple s = (A, B, C)), its weight
+    # w_occ * w_vir, and the tile's virtual indices a, b, c (clamped for the loads) with the mask of those
+    # inside nvir; programs run triple-major (n_minor = the tile triples) or tile-major (n_minor = the triples)
     pid = tl.program_id(0).to(tl.int64)
-    t = pid // n_vt
-    s = pid % n_vt
+    if TILE_MAJOR:
+        s = pid // n_minor
+        t = pid % n_minor
+    else:
+        t = pid // n_minor
+        s = pid % n_minor
     i = tl.load(occ_ptr + 3 * t)
     j = tl.load(occ_ptr + 3 * t + 1)
     k = tl.load(occ_ptr + 3 * t + 2)
     w = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
+    A = tl.load(vt_ptr + 3 * s)
+    B = tl.load(vt_ptr + 3 * s + 1)
+    C = tl.load(vt_ptr + 3 * s + 2)
     lanes = tl.arange(0, TILE).to(tl.int64)
-    ra = tl.load(vt_ptr + 3 * s) * TILE + lanes
-    rb = tl.load(vt_ptr + 3 * s + 1) * TILE + lanes
-    rc = tl.load(vt_ptr + 3 * s + 2) * TILE + lanes
+    ra, rb, rc = A * TILE + lanes, B * TILE + lanes, C * TILE + lanes
     mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
     a = tl.minimum(ra, NVIR - 1)[:, None, None]
     b = tl.minimum(rb, NVIR - 1)[None, :, None]
     c = tl.minimum(rc, NVIR - 1)[None, None, :]
-    return pid, t, i, j, k, w, a, b, c, mask
+    return pid, t, i, j, k, w, A, B, C, a, b, c, mask
 
 
 @triton.jit
@@ -174,7 +181,7 @@ def _triples_energy_kernel(
     NVIR,
     TILE: tl.constexpr,
 ):
-    pid, t, i, j, k, w, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
+    pid, t, i, j, k, w, _, _, _, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
     # the six orderings of (a, b, c): even (cyclic) abc, bca, cab; odd acb, bac, cba
     x, y = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c, NOCC, NVIR, TILE)
     sxy, xe, ye = x * y, x, y
@@ -235,7 +242,7 @@ def _epilogue_kernel(
     # tile are read from the layouts (18 TILE^3 loads, each element of a triple's layouts read once over
     # all its tile triples: 24 v^3 bytes per triple), V is rebuilt from the inputs, and eq. (5) is summed
     # with the even/odd identity of _triples_energy_kernel. Flops ~200 per point: memory-bound.
-    pid, t, i, j, k, w, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
+    pid, t, i, j, k, w, _, _, _, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
     base = t * NVIR * NVIR * NVIR
     x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c,
                             NOCC, NVIR)
@@ -365,22 +372,8 @@ def _triples_mma_kernel(
     # 1.8 at 8), served from L2 where the working set fits. Tile triples with two or three equal
     # tiles compute 3 blocks, not 6: the computed blocks are ntile^3 + 2 ntile, the flops counted by
     # triples_flops plus O(1/ntile^2). The six orderings then meet as in _triples_energy_kernel.
-    pid = tl.program_id(0).to(tl.int64)
-    s = pid // n_occ
-    t = pid % n_occ
-    i = tl.load(occ_ptr + 3 * t)
-    j = tl.load(occ_ptr + 3 * t + 1)
-    k = tl.load(occ_ptr + 3 * t + 2)
-    wgt = tl.load(occ_w_ptr + t) * tl.load(vt_w_ptr + s)
-    A = tl.load(vt_ptr + 3 * s)
-    B = tl.load(vt_ptr + 3 * s + 1)
-    C = tl.load(vt_ptr + 3 * s + 2)
-    lanes = tl.arange(0, TILE).to(tl.int64)
-    ra, rb, rc = A * TILE + lanes, B * TILE + lanes, C * TILE + lanes
-    mask = (ra < NVIR)[:, None, None] & (rb < NVIR)[None, :, None] & (rc < NVIR)[None, None, :]
-    a = tl.minimum(ra, NVIR - 1)[:, None, None]
-    b = tl.minimum(rb, NVIR - 1)[None, :, None]
-    c = tl.minimum(rc, NVIR - 1)[None, None, :]
+    pid, _, i, j, k, wgt, A, B, C, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_occ, NVIR,
+                                                                 TILE, True)
     # even abc (block A B C) with odd bac (block B A C, read back by swapping a <-> b)
     xe, ye, xo, yo = _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C,
                                     A, B, C, a, b, c, 0, 1, 2, B, A, C, b, a, c, 1, 0, 2, NOCC, NVIR, TILE, KB)
