@@ -115,6 +115,26 @@ def test_ccsdt_paths_per_block():
     assert e_mma == pytest.approx(e_torch, rel=1e-12)
 
 
+def test_ccsdt_out_of_core_has_no_sync_per_block():
+    """The out-of-core (T) (what a GPU whose memory cannot hold the integrals runs, and every rank of a
+    distributed run): no host sync inside the block loop, whatever the block size (it read each block's
+    triples back from the device before)."""
+    from torchhpc.ext.ccsdt.blocks import check_inputs
+    from torchhpc.ext.ccsdt.ops import GPU_BUDGETS
+    from torchhpc.ext.ccsdt.reference import random_inputs, triples_energy_reference
+    from torchhpc.ext.ccsdt.slices import triples_energy_out_of_core
+
+    args = check_inputs(*random_inputs(6, 5, seed=1))
+    ref = triples_energy_reference(*args)
+    for block in (1, 3):
+        with count_host_work() as work:
+            run = triples_energy_out_of_core(*args, max_memory=0.03, block_triples=block)
+        assert run.stats.capacity < 6 and run.stats.blocks >= 50 // block  # out of core, many blocks
+        GPU_BUDGETS["out_of_core"].check(work, run.stats.triples, f"ccsdt out of core, {block} triple(s) a block")
+        assert work.syncs <= GPU_BUDGETS["out_of_core"].fixed_syncs
+        assert run.energy == pytest.approx(ref, rel=1e-12)
+
+
 def test_kraken_table_batched_step():
     """One pooling launch and one fused backward + AdaGrad launch per step, within kraken's budget."""
     from torchhpc.ext.kraken.ops import GPU_BUDGETS

@@ -18,6 +18,8 @@ This module holds what every variant of that path shares, so that the in-core pa
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 
@@ -198,7 +200,8 @@ def fill_slice_operands(AT: torch.Tensor, BT: torch.Tensor, ovvv: torch.Tensor, 
 
 
 def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ: torch.Tensor,
-                 e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+                 e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor,
+                 triples: Sequence[tuple[int, int, int]] | None = None) -> torch.Tensor:
     """Weighted (T) energy of one block of occupied triples (a 0-d tensor).
 
     ``X`` holds the operands in the layouts of :class:`InCoreOperands` (or
@@ -206,14 +209,15 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
     ``idx (nb, 3)`` the block's triples and ``wts (nb,)`` their weights (:func:`occupied_triples`);
     ``e_occ (o,)`` the occupied orbital energies and ``e_vvv (v, v, v)`` the sums ``e_a + e_b + e_c``.
     Work buffers: ``L (nb, 3, v, v, v)`` holds the three GEMM layouts ``[Lc, Lb, La]`` of
-    :class:`InCoreOperands` (``La`` becomes ``W``), ``Y (nb, v, v, v)``; ``nb = len(idx)``.
+    :class:`InCoreOperands` (``La`` becomes ``W``), ``Y (nb, v, v, v)``; ``nb = len(idx)``. ``triples``: the
+    rows of ``idx`` as host ints where the caller has them (on CUDA reading ``idx`` back is a host sync).
     """
     v = X.nvir
     AT, BT, TT, TT2 = X.AT, X.BT, X.TT, X.TT2
     # ---- connected triples W_ijk = P6(w), eqs. (1) and (3): four GEMMs per triple into three layouts;
     # Lc and Lb share the operand AT[i], Lb and La share BT[k], so they are computed as stacked rows.
     # With two equal indices one layout repeats (i = j: Lb = La; j = k: Lb = Lc): a copy, not two GEMMs.
-    for n, (i, j, k) in enumerate(idx.tolist()):
+    for n, (i, j, k) in enumerate(idx.tolist() if triples is None else triples):
         rows = L[n].view(3 * v, v * v)  # [Lc; Lb; La], each [x, (y z)]
         lc, lb, la = rows[:v], rows[v: 2 * v], rows[2 * v:]
         if i == j:

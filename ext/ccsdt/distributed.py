@@ -302,7 +302,7 @@ def triples_energy_distributed(
     ntri = max((len(ts) for ts in work.triples), default=0)
     budget = max_memory if max_memory is not None else (
         0.8 * torch.cuda.mem_get_info(dev)[0] / 2**20 if dev.type == "cuda" else DEFAULT_MAX_MEMORY_MB)
-    layout = sliced_layout(o, v, max(1, ntri), budget, block_triples)
+    layout = sliced_layout(o, v, max(1, ntri), budget, block_triples, dev.type)
     misses, rounds = exchange_plan(work, o, layout.capacity, layout.block_triples)
     backend = dist.get_backend(group)
     comm_device = dev if backend == "nccl" else torch.device("cpu")

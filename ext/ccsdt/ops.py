@@ -79,6 +79,9 @@ GPU_BUDGETS = {
     "torch": HostBudget("block", syncs=0, launches=9, fixed_syncs=1, fixed_launches=16,
                         why="pair blocks: 6 GEMMs, the fused epilogue and its sum per block; the energy read once"),
     "triton": HostBudget("call", syncs=10, launches=40, why="the input checks' item(); one kernel launch"),
+    "out_of_core": HostBudget("triple", syncs=0, launches=64, fixed_syncs=3, fixed_launches=64,
+                              why="integral slices streamed through the cache: the triples and weights cross to "
+                              "the device once, each block's GEMM loop reads host ints; the energy read once"),
     "triton-mma": HostBudget("call", syncs=10, launches=60,
                              why="the input checks' item(); the GEMM operands built once (~20 launches); one launch"),
 }

@@ -165,10 +165,11 @@ class SlicedLayout:
 
 
 def sliced_layout(nocc: int, nvir: int, ntriples: int, max_memory_mb: float,
-                  block_triples: int | None = None) -> SlicedLayout:
+                  block_triples: int | None = None, device_type: str = "cpu") -> SlicedLayout:
     """Cache capacity and block size that fit ``max_memory`` (MB): every slice if they fit beside one
     triple's buffers, else 3/4 of that room (at least :data:`MIN_CAPACITY` slices); the block buffers
-    take what is left, at most a cache-sized block.
+    take what is left, on the CPU at most a block that stays in the last-level cache
+    (:data:`~torchhpc.ext.ccsdt.blocks.CACHE_BLOCK_BYTES`), on a GPU as many triples as the memory holds.
 
     Raises:
         InputError: ``max_memory`` cannot hold the replicated operands, three slices and one triple's
@@ -192,7 +193,10 @@ def sliced_layout(nocc: int, nvir: int, ntriples: int, max_memory_mb: float,
     room = budget - fixed - per_triple
     capacity = int(max(min(MIN_CAPACITY, nocc), min(nocc, room // per_slice if room // per_slice >= nocc
                                                          else 0.75 * room // per_slice)))
-    nb = block_triples if block_triples is not None else max(1, CACHE_BLOCK_BYTES // per_triple)
+    if block_triples is not None:
+        nb = block_triples
+    else:
+        nb = max(1, CACHE_BLOCK_BYTES // per_triple) if device_type == "cpu" else ntriples
     nb = max(1, min(nb, ntriples, int((budget - fixed - capacity * per_slice) // per_triple)))
     return SlicedLayout(capacity=capacity, block_triples=nb, bytes=fixed + capacity * per_slice + nb * per_triple)
 
@@ -354,6 +358,10 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
     e_occ, e_vir = mo_energy[:o], mo_energy[o:]
     e_vvv = (e_vir[:, None, None] + e_vir[None, :, None] + e_vir[None, None, :]).contiguous()
     energy = torch.zeros((), dtype=torch.float64, device=dev)
+    # every triple and weight crosses to the device once; a block is a run of them (plan_blocks), so its
+    # rows are views, and its GEMM loop reads the host's ints: no host sync inside the block loop on CUDA
+    idx_all = torch.tensor(list(triples), dtype=torch.int64, device=dev).reshape(-1, 3)
+    wts_all = torch.tensor(list(weights), dtype=torch.float64, device=dev)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -372,13 +380,14 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
                 block = blocks[t]
                 rows = cache.admit(needs[t])
                 for x, row in rows:
-                    fill_slice_operands(cache.AT[row: row + 1], cache.BT[row: row + 1], got[x].unsqueeze(0), t2, [x])
+                    fill_slice_operands(cache.AT[row: row + 1], cache.BT[row: row + 1], got[x].unsqueeze(0), t2,
+                                        slice(x, x + 1))
                 stats.requests += len(needs[t])
                 stats.hits += len(needs[t]) - len(rows)
                 X.AT, X.BT = cache.views(needs[t])
-                idx = torch.tensor([triples[n] for n in block], dtype=torch.int64, device=dev)
-                wts = torch.tensor([weights[n] for n in block], dtype=torch.float64, device=dev)
-                energy += block_energy(X, idx, wts, e_occ, e_vvv, L[: len(block)], Y[: len(block)])
+                s, n = block[0], len(block)
+                energy += block_energy(X, idx_all[s:s + n], wts_all[s:s + n], e_occ, e_vvv, L[:n], Y[:n],
+                                       triples=[triples[m] for m in block])
                 stats.blocks += 1
                 stats.triples += len(block)
                 stats.flops += sum(triple_flops(*triples[n], o, v) for n in block)
@@ -405,7 +414,7 @@ def triples_energy_out_of_core(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, 
     o, v = t1.shape
     idx, wts = occupied_triples(o)
     triples = [tuple(r) for r in idx.tolist()]
-    layout = sliced_layout(o, v, len(triples), max_memory, block_triples)
+    layout = sliced_layout(o, v, len(triples), max_memory, block_triples, t1.device.type)
     X = PairOperands(t1, t2, ovoo, ovov, fock_ov)
     return run_sliced(X, t2, triples, wts.tolist(), mo_energy, layout, HostSlices(ovvv, t1.device),
                       progress=progress)

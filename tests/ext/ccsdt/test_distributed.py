@@ -144,6 +144,22 @@ def test_out_of_core_below_the_integrals_equals_in_core():
     assert abs(e - ref) <= 1e-12 * abs(ref)
 
 
+def test_out_of_core_blocks_are_sized_by_the_device():
+    """On the CPU a block's buffers stay within the last-level cache; on a GPU the block takes what the memory
+    leaves (the cache rule gave one triple a block there, each a round of small launches)."""
+    from torchhpc.ext.ccsdt.blocks import CACHE_BLOCK_BYTES
+    from torchhpc.ext.ccsdt.slices import sliced_layout, triple_bytes
+
+    o, v, n = 10, 60, 210
+    cpu = sliced_layout(o, v, n, 2000.0)
+    gpu = sliced_layout(o, v, n, 2000.0, device_type="cuda")
+    assert cpu.block_triples == max(1, CACHE_BLOCK_BYTES // triple_bytes(o, v))
+    assert gpu.capacity == cpu.capacity and gpu.block_triples > 4 * cpu.block_triples
+    assert gpu.bytes <= 2000.0 * 2**20
+    tight = sliced_layout(o, v, n, 300.0, device_type="cuda")
+    assert 1 <= tight.block_triples < gpu.block_triples and tight.bytes <= 300.0 * 2**20
+
+
 def test_out_of_core_report_and_too_small_budget(water, tmp_path, capsys):
     """`torchhpc ccsdt --max-memory` below the in-core need prints the out-of-core line and the same E(T);
     below three slices it is one clear error naming the least budget."""
