@@ -219,7 +219,7 @@ def _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov
     return xw, xw + 0.5 * vw
 
 
-@triton.jit(do_not_specialize=["n_vt", "NOCC", "NVIR"])
+@triton.jit(do_not_specialize=["n_vt", "NOCC", "NVIR", "lstride"])
 def _epilogue_kernel(
     lc_ptr,  # (nb, v, v, v) Lc[c, (a b)] of each triple of the block
     lb_ptr,  # (nb, v, v, v) Lb[b, (a c)]
@@ -235,6 +235,7 @@ def _epilogue_kernel(
     n_vt,
     NOCC,
     NVIR,
+    lstride,  # elements from one triple's layout to the next's (v^3 when each layout is contiguous)
     TILE: tl.constexpr,
 ):
     # The (T) epilogue of a block whose connected triples W are already in the three GEMM layouts (the
@@ -243,7 +244,7 @@ def _epilogue_kernel(
     # all its tile triples: 24 v^3 bytes per triple), V is rebuilt from the inputs, and eq. (5) is summed
     # with the even/odd identity of _triples_energy_kernel. Flops ~200 per point: memory-bound.
     pid, t, i, j, k, w, _, _, _, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_vt, NVIR, TILE)
-    base = t * NVIR * NVIR * NVIR
+    base = t * lstride
     x, y = _layout_ordering(lc_ptr, lb_ptr, la_ptr, base, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, a, b, c,
                             NOCC, NVIR)
     sxy, xe, ye = x * y, x, y
@@ -461,23 +462,29 @@ def epilogue_partials(
 ) -> torch.Tensor:
     """Weighted partial (T) energies of one block from its GEMM layouts: one per (triple, tile triple).
 
-    ``lc, lb, la`` are contiguous ``(nb, v, v, v)`` float64 (:mod:`torchhpc.ext.ccsdt.pairs` writes them),
-    ``occ_idx (nb, 3)``/``occ_weight`` the block's rows of :func:`torchhpc.ext.ccsdt.ops.occupied_triples`,
-    ``vt_idx``/``vt_weight`` from :func:`virtual_tile_triples` with the same ``tile``; no host sync.
+    ``lc, lb, la`` are ``(nb, v, v, v)`` float64 whose ``(v, v, v)`` blocks are contiguous, one stride apart
+    between triples, the same for the three: contiguous tensors (:mod:`torchhpc.ext.ccsdt.pairs` writes
+    them) or the three views ``L[:, t]`` of an ``(nb, 3, v, v, v)`` buffer (the triple blocks of
+    :func:`torchhpc.ext.ccsdt.blocks.block_energy`). ``occ_idx (nb, 3)``/``occ_weight`` the block's rows of
+    :func:`torchhpc.ext.ccsdt.ops.occupied_triples`, ``vt_idx``/``vt_weight`` from
+    :func:`virtual_tile_triples` with the same ``tile``; no host sync.
 
     Returns:
         ``(nb * n_tile_triples,)`` float64; their sum is the block's energy.
     """
     nb, v = lc.shape[0], lc.shape[1]
+    stride = lc.stride(0) if nb > 1 else v**3
     for name, x in (("lc", lc), ("lb", lb), ("la", la)):
-        if x.dtype != torch.float64 or not x.is_contiguous() or tuple(x.shape) != (nb, v, v, v):
-            raise ValueError(f"{name} must be a contiguous float64 ({nb}, {v}, {v}, {v}) tensor")
+        if (x.dtype != torch.float64 or tuple(x.shape) != (nb, v, v, v) or tuple(x.stride()[1:]) != (v * v, v, 1)
+                or (nb > 1 and x.stride(0) != stride) or stride < v**3):
+            raise ValueError(f"{name} must be a float64 ({nb}, {v}, {v}, {v}) tensor of contiguous (v, v, v) "
+                             "blocks, one stride apart, the same for lc, lb and la")
     out = torch.empty(nb * vt_idx.shape[0], dtype=torch.float64, device=lc.device)
     if out.numel() == 0:
         return out
     _epilogue_kernel[(out.numel(),)](
         lc, lb, la, t1, t2, ovov, fock_ov, e_occ, e_vir, occ_idx, occ_weight, vt_idx, vt_weight, out,
-        vt_idx.shape[0], t1.shape[0], v, TILE=tile, num_warps=num_warps,
+        vt_idx.shape[0], t1.shape[0], v, stride, TILE=tile, num_warps=num_warps,
     )
     return out
 

@@ -199,9 +199,32 @@ def fill_slice_operands(AT: torch.Tensor, BT: torch.Tensor, ovvv: torch.Tensor, 
     BT[:, v:].view(n, o, v, v).copy_(t2[:, xs].permute(1, 0, 2, 3))  # [x, m, a, b] = t2[m,x,a,b]
 
 
+class FusedEpilogue:
+    """The rest of the (T) once a block's three GEMM layouts are written, as one Triton kernel
+    (:func:`torchhpc.triton_kernels.ccsdt.epilogue_partials`: each layout read once, ``V``, ``r3``, the
+    denominators and the weighted sum on chip) instead of :func:`block_epilogue`'s ~31 tensor passes; for
+    CUDA, or the CPU under ``TRITON_INTERPRET=1``. Call it with ``(lc, lb, la, idx, wts)`` of a block."""
+
+    def __init__(self, t1: torch.Tensor, t2: torch.Tensor, ovov: torch.Tensor, fock_ov: torch.Tensor,
+                 mo_energy: torch.Tensor, tile: int = 8):
+        from torchhpc.triton_kernels.ccsdt import virtual_tile_triples
+
+        o, v = t1.shape
+        self.inputs = tuple(x.contiguous() for x in (t1, t2, ovov, fock_ov, mo_energy[:o], mo_energy[o:]))
+        self.tiles = virtual_tile_triples(v, tile, t1.device)
+        self.tile = tile
+
+    def __call__(self, lc: torch.Tensor, lb: torch.Tensor, la: torch.Tensor, idx: torch.Tensor,
+                 wts: torch.Tensor) -> torch.Tensor:
+        from torchhpc.triton_kernels.ccsdt import epilogue_partials
+
+        return epilogue_partials(lc, lb, la, *self.inputs, idx, wts, *self.tiles, tile=self.tile).sum()
+
+
 def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ: torch.Tensor,
                  e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor,
-                 triples: Sequence[tuple[int, int, int]] | None = None) -> torch.Tensor:
+                 triples: Sequence[tuple[int, int, int]] | None = None,
+                 fused: FusedEpilogue | None = None) -> torch.Tensor:
     """Weighted (T) energy of one block of occupied triples (a 0-d tensor).
 
     ``X`` holds the operands in the layouts of :class:`InCoreOperands` (or
@@ -210,7 +233,8 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
     ``e_occ (o,)`` the occupied orbital energies and ``e_vvv (v, v, v)`` the sums ``e_a + e_b + e_c``.
     Work buffers: ``L (nb, 3, v, v, v)`` holds the three GEMM layouts ``[Lc, Lb, La]`` of
     :class:`InCoreOperands` (``La`` becomes ``W``), ``Y (nb, v, v, v)``; ``nb = len(idx)``. ``triples``: the
-    rows of ``idx`` as host ints where the caller has them (on CUDA reading ``idx`` back is a host sync).
+    rows of ``idx`` as host ints where the caller has them (on CUDA reading ``idx`` back is a host sync);
+    ``fused``: the epilogue as one Triton kernel (``Y`` unused) instead of :func:`block_epilogue`.
     """
     v = X.nvir
     AT, BT, TT, TT2 = X.AT, X.BT, X.TT, X.TT2
@@ -237,6 +261,8 @@ def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ:
             torch.mm(TT[i, k], AT[j], out=la)  # La = TT[i,k] @ AT[j]
             rows[v:].addmm_(TT2[j, i], BT[k])  # [Lb; La] += [TT[j,i]; TT[i,j]] @ BT[k]
             lc.addmm_(TT[k, i], BT[j])
+    if fused is not None:
+        return fused(L[:, 0], L[:, 1], L[:, 2], idx, wts)
     return block_epilogue(X, idx, wts, e_occ, e_vvv, L, Y)
 
 
@@ -278,5 +304,6 @@ def block_epilogue(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_oc
     return (e * wts).sum()
 
 
-__all__ = ["BUFFERS_PER_TRIPLE", "CACHE_BLOCK_BYTES", "INPUT_NAMES", "InCoreOperands", "block_energy", "block_epilogue",
+__all__ = ["BUFFERS_PER_TRIPLE", "CACHE_BLOCK_BYTES", "FusedEpilogue", "INPUT_NAMES", "InCoreOperands", "block_energy",
+           "block_epilogue",
            "check_inputs", "fill_slice_operands", "occupied_triples"]

@@ -49,6 +49,7 @@ from .slices import (
     plan_blocks,
     run_sliced,
     slice_bytes,
+    sliced_epilogue,
     sliced_layout,
     triple_flops,
 )
@@ -309,7 +310,7 @@ def triples_energy_distributed(
     provider = RemoteSlices(owned, misses, o, v, group, timeout_s, comm_device)
     X = PairOperands(t1, t2, ovoo, ovov, fock_ov)
     run = run_sliced(X, t2, work.triples[rank], work.weights[rank], mo_energy, layout, provider, rounds=rounds,
-                     progress=progress)
+                     progress=progress, fused=sliced_epilogue("auto", t1, t2, ovov, fock_ov, mo_energy))
     seconds = run.stats.compute_s + run.stats.wait_s
     total = torch.tensor([run.energy], dtype=torch.float64, device=comm_device)
     try:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from .blocks import InCoreOperands, block_epilogue, occupied_triples
+from .blocks import FusedEpilogue, InCoreOperands, block_epilogue, occupied_triples
 
 #: float64 ``(nk, v, v, v)`` buffers a block holds: the three GEMM layouts and ``Y``
 BUFFERS_PER_TRIPLE = 4
@@ -109,12 +109,7 @@ def triples_energy_pairs(
     L3 = torch.empty((3, chunk, v, v * v), dtype=torch.float64, device=dev)
     Y = None if fused else torch.empty((chunk, v, v, v), dtype=torch.float64, device=dev)
     total = torch.zeros((), dtype=torch.float64, device=dev)
-    if fused:
-        from torchhpc.triton_kernels.ccsdt import epilogue_partials, virtual_tile_triples
-
-        vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
-        inputs = (t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(), e_occ.contiguous(),
-                  e_vir.contiguous())
+    fused = FusedEpilogue(t1, t2, ovov, fock_ov, mo_energy, tile) if fused else None
     for i, j, k0, s, n in pair_blocks(o, chunk):
         lc, lb, la = L3[0, :n], L3[1, :n], L3[2, :n]
         rows = n * v
@@ -124,9 +119,8 @@ def triples_energy_pairs(
         lb.baddbmm_(TT[j, i].expand(n, v, K), BT[k0:k0 + n])
         torch.mm(TT[i, k0:k0 + n].reshape(rows, K), AT[j], out=la.view(rows, v * v))
         la.baddbmm_(TT[i, j].expand(n, v, K), BT[k0:k0 + n])
-        if fused:
-            layouts = (x.view(n, v, v, v) for x in (lc, lb, la))
-            total += epilogue_partials(*layouts, *inputs, idx[s:s + n], wts[s:s + n], vt_idx, vt_w, tile=tile).sum()
+        if fused is not None:
+            total += fused(*(x.view(n, v, v, v) for x in (lc, lb, la)), idx[s:s + n], wts[s:s + n])
             continue
         L = L3[:, :n].view(3, n, v, v, v).transpose(0, 1)
         total += block_epilogue(X, idx[s:s + n], wts[s:s + n], e_occ, e_vvv, L, Y[:n])

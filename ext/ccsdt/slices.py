@@ -35,7 +35,14 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
-from .blocks import BUFFERS_PER_TRIPLE, CACHE_BLOCK_BYTES, block_energy, fill_slice_operands, occupied_triples
+from .blocks import (
+    BUFFERS_PER_TRIPLE,
+    CACHE_BLOCK_BYTES,
+    FusedEpilogue,
+    block_energy,
+    fill_slice_operands,
+    occupied_triples,
+)
 
 #: fewest slices a block can need (a triple of three distinct occupied indices)
 MIN_CAPACITY = 3
@@ -336,13 +343,14 @@ class SlicedRun:
 
 def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, int, int]],
                weights: Sequence[float], mo_energy: torch.Tensor, layout: SlicedLayout, provider,
-               rounds: int | None = None, progress: bool = False) -> SlicedRun:
+               rounds: int | None = None, progress: bool = False, fused: FusedEpilogue | None = None) -> SlicedRun:
     """E(T) of ``triples`` (in processing order, with their ``weights``) through a slice cache.
 
     ``X`` builds the pair operands (:class:`PairOperands`); ``provider`` has
     ``prefetch(t, misses)`` and ``fetch(t, misses, stats) -> {x: (xa|bc) slice}`` and is called for
     ``rounds`` rounds (default: this process's blocks) — a distributed run passes the largest block
     count of all ranks, because a rank also serves its peers' fetches after its own blocks are done.
+    ``fused``: each block's epilogue as one Triton kernel (:func:`sliced_epilogue` picks it on CUDA).
     """
     o, v = X.nocc, X.nvir
     dev = t2.device
@@ -387,7 +395,7 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
                 X.AT, X.BT = cache.views(needs[t])
                 s, n = block[0], len(block)
                 energy += block_energy(X, idx_all[s:s + n], wts_all[s:s + n], e_occ, e_vvv, L[:n], Y[:n],
-                                       triples=[triples[m] for m in block])
+                                       triples=[triples[m] for m in block], fused=fused)
                 stats.blocks += 1
                 stats.triples += len(block)
                 stats.flops += sum(triple_flops(*triples[n], o, v) for n in block)
@@ -401,8 +409,24 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
     return SlicedRun(float(energy), stats)
 
 
+def sliced_epilogue(epilogue: str, t1, t2, ovov, fock_ov, mo_energy) -> FusedEpilogue | None:
+    """The epilogue the sliced path runs: ``auto`` the fused Triton kernel on CUDA (one read of each
+    layout against ~31 tensor passes: the part of a GPU's block time that was memory-bound), the tensor
+    ops elsewhere; ``triton`` or ``torch`` as named.
+
+    Raises:
+        InputError: an unknown name, or ``triton`` where it cannot run.
+    """
+    from torchhpc.ext.core.dispatch import resolve_backend
+
+    if resolve_backend(epilogue, t1.device, choices=("torch", "triton"), what="epilogue") == "triton":
+        return FusedEpilogue(t1, t2, ovov, fock_ov, mo_energy)
+    return None
+
+
 def triples_energy_out_of_core(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, max_memory: float,
-                               block_triples: int | None = None, progress: bool = False) -> SlicedRun:
+                               block_triples: int | None = None, progress: bool = False,
+                               epilogue: str = "auto") -> SlicedRun:
     """E(T) on ``t1``'s device with at most ``max_memory`` MB there: the integral slices stay where
     ``ovvv`` is (host memory) and stream through a cache (tensors already checked, float64).
 
@@ -417,9 +441,9 @@ def triples_energy_out_of_core(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, 
     layout = sliced_layout(o, v, len(triples), max_memory, block_triples, t1.device.type)
     X = PairOperands(t1, t2, ovoo, ovov, fock_ov)
     return run_sliced(X, t2, triples, wts.tolist(), mo_energy, layout, HostSlices(ovvv, t1.device),
-                      progress=progress)
+                      progress=progress, fused=sliced_epilogue(epilogue, t1, t2, ovov, fock_ov, mo_energy))
 
 
 __all__ = ["HostSlices", "MIN_CAPACITY", "SliceCache", "SliceStats", "SlicedLayout", "SlicedRun",
            "PairOperands", "block_slices", "cache_misses", "cached_slice_bytes", "plan_blocks", "replicated_bytes",
-           "run_sliced", "slice_bytes", "sliced_layout", "triple_bytes", "triple_flops", "triples_energy_out_of_core"]
+           "run_sliced", "slice_bytes", "sliced_epilogue", "sliced_layout", "triple_bytes", "triple_flops", "triples_energy_out_of_core"]

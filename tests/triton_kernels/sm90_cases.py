@@ -195,6 +195,11 @@ def ccsdt_cases():
         yield f"ccsdt epilogue o={o} v={v}", \
             lambda a=(*layouts, t1, t2, ovov, fock_ov, mo_energy[:o], mo_energy[o:], idx, wgt, vt_idx, vt_w): \
             epilogue_partials(*a, tile=8)
+        if (o, v) == (3, 5):  # the triple blocks' layouts: views L[:, t] of one (nb, 3, v, v, v) buffer
+            L = torch.randn(idx.shape[0], 3, v, v, v, **f64)
+            yield f"ccsdt strided epilogue o={o} v={v}", \
+                lambda a=(L[:, 0], L[:, 1], L[:, 2], t1, t2, ovov, fock_ov, mo_energy[:o], mo_energy[o:], idx, wgt,
+                          vt_idx, vt_w): epilogue_partials(*a, tile=8)
         X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
         yield f"ccsdt mma o={o} v={v}", \
             lambda a=(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, wgt): triples_energy_mma_partials(*a)

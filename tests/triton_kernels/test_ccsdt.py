@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from torchhpc.ext.ccsdt import triples_energy, triples_energy_reference
 from torchhpc.ext.ccsdt.ops import occupied_triples
@@ -122,6 +123,45 @@ def test_mma_backend_through_the_dispatch(kernel_device):
     with pytest.raises(InputError, match="torch backend runs out of core"):
         triples_energy(*args, backend="triton-mma", max_memory=0.01)
     assert triples_energy(*[a.to(kernel_device) for a in random_inputs(1, 4, seed=1)], backend="triton-mma") == 0.0
+
+
+@pytest.mark.parametrize("block", [1, 3])
+def test_fused_epilogue_of_the_sliced_path_matches_torch_and_reference(kernel_device, block):
+    """Out of core (the integral slices streamed through a cache of 3, what every rank of a distributed run
+    does too), the fused Triton epilogue reads each block's layouts as strided views of its (nb, 3, v, v, v)
+    buffer: the same E(T) as the torch epilogue and the dense formula, one launch a block."""
+    from torchhpc.ext.ccsdt.blocks import check_inputs
+    from torchhpc.ext.ccsdt.slices import triples_energy_out_of_core
+    from torchhpc.ext.core.hostsync import count_host_work
+
+    args = check_inputs(*random_inputs(6, 7, seed=2), device=kernel_device)
+    ref = triples_energy_reference(*[a.cpu() for a in args])
+    with count_host_work() as work:
+        fused = triples_energy_out_of_core(*args, max_memory=0.06, block_triples=block, epilogue="triton")
+    plain = triples_energy_out_of_core(*args, max_memory=0.06, block_triples=block, epilogue="torch")
+    assert fused.stats.capacity == 3 and fused.stats.blocks > 50 // block // 2
+    assert work.launch_ops["triton:_epilogue_kernel"] == fused.stats.blocks
+    assert abs(fused.energy - ref) < 1e-12 * abs(ref) and abs(fused.energy - plain.energy) < 1e-12 * abs(ref)
+
+
+def test_epilogue_refuses_layouts_it_cannot_address(kernel_device):
+    """Layouts whose (v, v, v) blocks are not contiguous, or whose triples are not one stride apart, are refused
+    before launch (the kernel addresses a triple's layout as base + t * stride)."""
+    from torchhpc.triton_kernels.ccsdt import epilogue_partials, virtual_tile_triples
+
+    o, v = 3, 4
+    t1, t2, _, _, ovov, fock_ov, e = [a.to(kernel_device) for a in random_inputs(o, v, seed=1)]
+    idx, w = occupied_triples(o, device=kernel_device)
+    vt = virtual_tile_triples(v, 4, kernel_device)
+    L = torch.randn(idx.shape[0], 3, v, v, v, dtype=torch.float64, device=kernel_device)
+    rest = (t1, t2, ovov, fock_ov, e[:o], e[o:], idx, w, *vt)
+    ok = epilogue_partials(L[:, 0], L[:, 1], L[:, 2], *rest, tile=4)
+    same = epilogue_partials(*(L[:, t].contiguous() for t in range(3)), *rest, tile=4)
+    assert torch.allclose(ok, same, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="contiguous"):
+        epilogue_partials(L[:, 0].transpose(2, 3), L[:, 1], L[:, 2], *rest, tile=4)
+    with pytest.raises(ValueError, match="one stride apart"):
+        epilogue_partials(L[:, 0], L[:, 1].contiguous(), L[:, 2], *rest, tile=4)
 
 
 def test_single_occupied_orbital_needs_no_launch(kernel_device):
