@@ -126,12 +126,13 @@ def test_ccsdt_out_of_core_has_no_sync_per_block():
 
     args = check_inputs(*random_inputs(6, 5, seed=1))
     ref = triples_energy_reference(*args)
-    for block in (1, 3):
+    for block, epilogue in ((1, "torch"), (3, "torch"), (3, "triton")):  # triton: what CUDA runs
         with count_host_work() as work:
-            run = triples_energy_out_of_core(*args, max_memory=0.03, block_triples=block)
+            run = triples_energy_out_of_core(*args, max_memory=0.03, block_triples=block, epilogue=epilogue)
         assert run.stats.capacity < 6 and run.stats.blocks >= 50 // block  # out of core, many blocks
         GPU_BUDGETS["out_of_core"].check(work, run.stats.triples, f"ccsdt out of core, {block} triple(s) a block")
         assert work.syncs <= GPU_BUDGETS["out_of_core"].fixed_syncs
+        assert work.launch_ops["triton:_epilogue_kernel"] == (run.stats.blocks if epilogue == "triton" else 0)
         assert run.energy == pytest.approx(ref, rel=1e-12)
 
 

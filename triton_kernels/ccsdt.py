@@ -346,7 +346,7 @@ def _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i,
     return xe, xe + 0.5 * ve, xo, xo + 0.5 * vo
 
 
-@triton.jit(do_not_specialize=["n_occ", "NOCC", "NVIR"])
+@triton.jit(do_not_specialize=["n_occ", "out_stride", "NOCC", "NVIR"])
 def _triples_mma_kernel(
     tt_ptr,  # (o, o, v, v + o) TT of InCoreOperands
     at_ptr,  # (o, v + o, v^2) AT
@@ -358,8 +358,9 @@ def _triples_mma_kernel(
     occ_w_ptr,  # (n_occ,) float64
     vt_ptr,  # (n_vt, 3) int64 virtual tile triples A >= B >= C
     vt_w_ptr,  # (n_vt,) float64
-    out_ptr,  # (n_vt * n_occ,) float64 partial energies, tile triple major
+    out_ptr,  # (n_vt, out_stride) float64 partial energies, tile triple major (this chunk's columns)
     n_occ,
+    out_stride,
     NOCC,
     NVIR,
     TILE: tl.constexpr,
@@ -373,7 +374,7 @@ def _triples_mma_kernel(
     # 1.8 at 8), served from L2 where the working set fits. Tile triples with two or three equal
     # tiles compute 3 blocks, not 6: the computed blocks are ntile^3 + 2 ntile, the flops counted by
     # triples_flops plus O(1/ntile^2). The six orderings then meet as in _triples_energy_kernel.
-    pid, _, i, j, k, wgt, A, B, C, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_occ, NVIR,
+    pid, t, i, j, k, wgt, A, B, C, a, b, c, mask = _program_tile(occ_ptr, occ_w_ptr, vt_ptr, vt_w_ptr, n_occ, NVIR,
                                                                  TILE, True)
     # even abc (block A B C) with odd bac (block B A C, read back by swapping a <-> b)
     xe, ye, xo, yo = _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C,
@@ -390,7 +391,7 @@ def _triples_mma_kernel(
     sxy += x1 * y1 + x2 * y2
     xe, ye, xo, yo = xe + x1, ye + y1, xo + x2, yo + y2
     e = _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask)
-    tl.store(out_ptr + pid, e * wgt)
+    tl.store(out_ptr + (pid // n_occ) * out_stride + t, e * wgt)
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -412,6 +413,26 @@ def virtual_tile_triples(nvir: int, tile: int, device: str | torch.device = "cpu
             torch.tensor(weights, dtype=torch.float64, device=device))
 
 
+#: most programs in one launch (CUDA's grid x dimension); the launchers split the occupied triples beyond it
+MAX_PROGRAMS = 2**31 - 1
+
+
+def _check_inputs(t1: torch.Tensor, tensors: dict[str, torch.Tensor], occ_idx: torch.Tensor) -> None:
+    for name, x in tensors.items():
+        if x.dtype != torch.float64:
+            raise ValueError(f"{name} must be float64 (the kernel is FP64 throughout), got {x.dtype}")
+        if x.device != t1.device:
+            raise ValueError(f"{name} is on {x.device}, t1 on {t1.device}")
+    if occ_idx.dtype != torch.int64 or occ_idx.dim() != 2 or occ_idx.shape[1] != 3 or occ_idx.device != t1.device:
+        raise ValueError(f"occ_idx must be an (n, 3) int64 tensor on {t1.device}")
+
+
+def _occupied_chunks(n_occ: int, n_vt: int) -> list[tuple[int, int]]:
+    """``(start, count)`` runs of occupied triples whose programs (``count * n_vt``) fit one launch."""
+    per = max(1, MAX_PROGRAMS // max(n_vt, 1))
+    return [(s, min(per, n_occ - s)) for s in range(0, n_occ, per)]
+
+
 def triples_energy_partials(
     t1: torch.Tensor, t2: torch.Tensor, ovvv: torch.Tensor, ovoo: torch.Tensor, ovov: torch.Tensor,
     fock_ov: torch.Tensor, mo_energy: torch.Tensor, occ_idx: torch.Tensor, occ_weight: torch.Tensor,
@@ -429,15 +450,8 @@ def triples_energy_partials(
     if tile < 1 or tile & (tile - 1) or tile > 32:
         raise ValueError(f"tile must be a power of two <= 32, got {tile}")
     o, v = t1.shape
-    tensors = {"t1": t1, "t2": t2, "ovvv": ovvv, "ovoo": ovoo, "ovov": ovov, "fock_ov": fock_ov,
-               "mo_energy": mo_energy, "occ_weight": occ_weight}
-    for name, x in tensors.items():
-        if x.dtype != torch.float64:
-            raise ValueError(f"{name} must be float64 (the kernel is FP64 throughout), got {x.dtype}")
-        if x.device != t1.device:
-            raise ValueError(f"{name} is on {x.device}, t1 on {t1.device}")
-    if occ_idx.dtype != torch.int64 or occ_idx.dim() != 2 or occ_idx.shape[1] != 3:
-        raise ValueError("occ_idx must be an (n, 3) int64 tensor")
+    _check_inputs(t1, {"t1": t1, "t2": t2, "ovvv": ovvv, "ovoo": ovoo, "ovov": ovov, "fock_ov": fock_ov,
+                       "mo_energy": mo_energy, "occ_weight": occ_weight}, occ_idx)
     dev = t1.device
     vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
     n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
@@ -445,13 +459,14 @@ def triples_energy_partials(
     if out.numel() == 0:
         return out
     mo_energy = mo_energy.contiguous()
-    grid = (n_occ * n_vt,)
-    _triples_energy_kernel[grid](
-        t1.contiguous(), t2.contiguous(), ovvv.contiguous(), ovoo.contiguous(), ovov.contiguous(),
-        fock_ov.contiguous(), mo_energy[:o].contiguous(), mo_energy[o:].contiguous(),
-        occ_idx.contiguous(), occ_weight.contiguous(), vt_idx, vt_w, out,
-        n_vt, o, v, TILE=tile, num_warps=num_warps,
-    )
+    args = (t1.contiguous(), t2.contiguous(), ovvv.contiguous(), ovoo.contiguous(), ovov.contiguous(),
+            fock_ov.contiguous(), mo_energy[:o].contiguous(), mo_energy[o:].contiguous())
+    occ_idx, occ_weight = occ_idx.contiguous(), occ_weight.contiguous()
+    for s, n in _occupied_chunks(n_occ, n_vt):  # triple-major: a chunk's partials are one run of out
+        _triples_energy_kernel[(n * n_vt,)](
+            *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s * n_vt:(s + n) * n_vt],
+            n_vt, o, v, TILE=tile, num_warps=num_warps,
+        )
     return out
 
 
@@ -501,7 +516,7 @@ def triples_energy_mma_partials(
     :func:`triples_energy_partials`. All float64 and contiguous on one device; no host sync.
 
     Returns:
-        ``(n_tile_triples * n,)`` float64; their sum is E(T).
+        ``(n_tile_triples * n,)`` float64, tile triple major; their sum is E(T).
     """
     if tile < 1 or tile & (tile - 1) or tile > 32:
         raise ValueError(f"tile must be a power of two <= 32, got {tile}")
@@ -512,20 +527,21 @@ def triples_energy_mma_partials(
     for name, (x, shape) in shapes.items():
         if x.dtype != torch.float64 or not x.is_contiguous() or tuple(x.shape) != shape:
             raise ValueError(f"{name} must be a contiguous float64 {shape} tensor, got {x.dtype} {tuple(x.shape)}")
-    for name, x in {"t1": t1, "t2": t2, "ovov": ovov, "fock_ov": fock_ov, "mo_energy": mo_energy,
-                    "occ_weight": occ_weight}.items():
-        if x.dtype != torch.float64:
-            raise ValueError(f"{name} must be float64 (the kernel is FP64 throughout), got {x.dtype}")
+    _check_inputs(t1, {"tt": tt, "at": at, "bt": bt, "t1": t1, "t2": t2, "ovov": ovov, "fock_ov": fock_ov,
+                       "mo_energy": mo_energy, "occ_weight": occ_weight}, occ_idx)
     dev = t1.device
     vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
-    n_occ = occ_idx.shape[0]
-    out = torch.empty(vt_idx.shape[0] * n_occ, dtype=torch.float64, device=dev)
+    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
+    out = torch.empty(n_vt * n_occ, dtype=torch.float64, device=dev)
     if out.numel() == 0:
         return out
     mo_energy = mo_energy.contiguous()
-    _triples_mma_kernel[(out.numel(),)](
-        tt, at, bt, t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(),
-        mo_energy[:o].contiguous(), mo_energy[o:].contiguous(), occ_idx.contiguous(), occ_weight.contiguous(),
-        vt_idx, vt_w, out, n_occ, o, v, TILE=tile, KB=kb, num_warps=num_warps, num_stages=num_stages,
-    )
+    args = (tt, at, bt, t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(),
+            mo_energy[:o].contiguous(), mo_energy[o:].contiguous())
+    occ_idx, occ_weight = occ_idx.contiguous(), occ_weight.contiguous()
+    for s, n in _occupied_chunks(n_occ, n_vt):  # a chunk writes its columns of the (n_vt, n_occ) partials
+        _triples_mma_kernel[(n * n_vt,)](
+            *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s:], n, n_occ, o, v,
+            TILE=tile, KB=kb, num_warps=num_warps, num_stages=num_stages,
+        )
     return out

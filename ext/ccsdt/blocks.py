@@ -222,7 +222,7 @@ class FusedEpilogue:
 
 
 def block_energy(X: InCoreOperands, idx: torch.Tensor, wts: torch.Tensor, e_occ: torch.Tensor,
-                 e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor,
+                 e_vvv: torch.Tensor, L: torch.Tensor, Y: torch.Tensor | None,
                  triples: Sequence[tuple[int, int, int]] | None = None,
                  fused: FusedEpilogue | None = None) -> torch.Tensor:
     """Weighted (T) energy of one block of occupied triples (a 0-d tensor).

@@ -263,7 +263,8 @@ def triples_backend(requested: str, nvir: int, device: str | torch.device) -> st
     GEMMs on cuBLAS win large ones (o=20, v=120: 0.77 s vs 5.5 s).
 
     Returns:
-        ``torch``, ``triton`` or ``reference`` (never ``auto``): what will run, and what CLIs print.
+        ``torch``, ``triton``, ``triton-mma`` or ``reference`` (never ``auto``): what will run, and what CLIs
+        print.
 
     Raises:
         InputError: an unknown name, or ``triton`` where it cannot run (no triton, or not CUDA and

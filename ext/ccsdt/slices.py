@@ -362,7 +362,7 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
     cache = SliceCache(layout.capacity, o, v, dev)
     nb = layout.block_triples
     L = torch.empty((nb, 3, v, v, v), dtype=torch.float64, device=dev)
-    Y = torch.empty((nb, v, v, v), dtype=torch.float64, device=dev)
+    Y = None if fused is not None else torch.empty((nb, v, v, v), dtype=torch.float64, device=dev)
     e_occ, e_vir = mo_energy[:o], mo_energy[o:]
     e_vvv = (e_vir[:, None, None] + e_vir[None, :, None] + e_vir[None, None, :]).contiguous()
     energy = torch.zeros((), dtype=torch.float64, device=dev)
@@ -394,7 +394,7 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
                 stats.hits += len(needs[t]) - len(rows)
                 X.AT, X.BT = cache.views(needs[t])
                 s, n = block[0], len(block)
-                energy += block_energy(X, idx_all[s:s + n], wts_all[s:s + n], e_occ, e_vvv, L[:n], Y[:n],
+                energy += block_energy(X, idx_all[s:s + n], wts_all[s:s + n], e_occ, e_vvv, L[:n], None if Y is None else Y[:n],
                                        triples=[triples[m] for m in block], fused=fused)
                 stats.blocks += 1
                 stats.triples += len(block)

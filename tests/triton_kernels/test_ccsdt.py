@@ -112,6 +112,32 @@ def test_mma_kernel_computes_each_block_once(monkeypatch):
     assert len(calls) == idx.shape[0] * (nt**3 + 2 * nt)  # 33 blocks per occupied triple, not 6 x 10
 
 
+def test_launchers_split_grids_past_the_launch_limit(kernel_device, monkeypatch):
+    """Past CUDA's 2^31 - 1 programs (o = 170, v = 200 at tile 8 on an H200) both fused launchers split the
+    occupied triples into launches that fit; the partials are the same values in the same places."""
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.ext.core.hostsync import count_host_work
+    from torchhpc.triton_kernels import ccsdt as K
+
+    nocc, nvir, tile = 2, 3, 2  # 2 occupied triples x 4 tile triples
+    args = [a.to(kernel_device) for a in random_inputs(nocc, nvir, seed=11)]
+    t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy = args
+    idx, w = occupied_triples(nocc, device=kernel_device)
+    X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
+
+    def both():
+        return (K.triples_energy_mma_partials(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, w, tile=tile),
+                K.triples_energy_partials(*args, idx, w, tile=tile))
+
+    whole = both()
+    monkeypatch.setattr(K, "MAX_PROGRAMS", 5)  # one triple (4 programs) a launch: 2 launches each
+    with count_host_work() as work:
+        split = both()
+    assert work.launch_ops["triton:_triples_mma_kernel"] == 2 and work.launch_ops["triton:_triples_energy_kernel"] == 2
+    for a, b in zip(whole, split, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_mma_backend_through_the_dispatch(kernel_device):
     """``backend="triton-mma"`` builds its operands and equals the reference; a max_memory below its operands is
     one clear error that names the backend that runs out of core."""
@@ -129,7 +155,8 @@ def test_mma_backend_through_the_dispatch(kernel_device):
 def test_fused_epilogue_of_the_sliced_path_matches_torch_and_reference(kernel_device, block):
     """Out of core (the integral slices streamed through a cache of 3, what every rank of a distributed run
     does too), the fused Triton epilogue reads each block's layouts as strided views of its (nb, 3, v, v, v)
-    buffer: the same E(T) as the torch epilogue and the dense formula, one launch a block."""
+    buffer: the same E(T) as the torch epilogue and the dense formula, one launch a block (blocks of one
+    triple, and of up to three where the cache's three slices allow: two here)."""
     from torchhpc.ext.ccsdt.blocks import check_inputs
     from torchhpc.ext.ccsdt.slices import triples_energy_out_of_core
     from torchhpc.ext.core.hostsync import count_host_work
