@@ -33,6 +33,14 @@ def test_cpu_run_lists_and_skips_every_step_within_eight_minutes(tmp_path):
     assert all(r["status"] == "skipped" and r["why"] == "needs CUDA" for r in doc["rows"])
 
 
+def test_long_steps_run_only_when_named():
+    """A step longer than the 8 minutes allow (ccsdt at o=40 v=300) is not in a plain run, only in --only."""
+    plain = _run("--dry-run")
+    named = _run("--dry-run", "--only", "ccsdt-large")
+    assert plain.returncode == named.returncode == 0
+    assert "ccsdt-large" not in plain.stdout and named.stdout.splitlines()[1].startswith("ccsdt-large limit 240 s")
+
+
 def test_bad_input_is_one_line():
     """An unknown step, or CUDA asked for where there is none, is one line and exit status 1."""
     import torch
@@ -40,7 +48,7 @@ def test_bad_input_is_one_line():
     res = _run("--only", "segalign,bogus", "--dry-run")
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         "gpu-check: error: unknown step(s) ['bogus']; steps: kernels, segalign, ccsdt, foresight, kraken, sched, "
-        "symnmf, pliner"]
+        "symnmf, pliner, ccsdt-large"]
     if not torch.cuda.is_available():
         res = _run("--device", "cuda")
         assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1 and "no CUDA" in res.stderr
