@@ -84,10 +84,11 @@ def test_mma_kernel_matches_the_cuda_core_kernel_program_by_program(kernel_devic
         assert abs(ref) > 1e-6 and (fma.abs() > 1e-9 * abs(ref)).sum() > 1  # partials that mean something
 
 
-def test_mma_kernel_computes_each_block_once(monkeypatch):
-    """Tile triples with equal tiles get their odd orderings by permuting the even ones, so a program computes
-    6, 3 or 3 blocks of W (three distinct, two equal, all equal tiles): ntile^3 + 2 ntile over all tile triples
-    of an occupied triple, where computing all six orderings would take 6 x (the number of tile triples)."""
+@pytest.mark.parametrize("kernel", ["mma", "cuda-core"])
+def test_fused_kernels_compute_each_block_once(monkeypatch, kernel):
+    """In both fused kernels tile triples with equal tiles get their odd orderings by permuting the even ones,
+    so a program computes 6, 3 or 3 blocks of W (three distinct, two equal, all equal tiles): ntile^3 + 2 ntile
+    over all tile triples of an occupied triple, where all six orderings would take 6 x (the tile triples)."""
     import torch
 
     from torchhpc.ext.ccsdt.blocks import InCoreOperands
@@ -96,18 +97,22 @@ def test_mma_kernel_computes_each_block_once(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("counts the interpreted kernel's block computations")
     calls = []
-    block = K._w_block
+    name = "_w_block" if kernel == "mma" else "_connected_at"  # W on one block / at one ordering's points
+    block = getattr(K, name)
 
     def counted(*args, **kwargs):
         calls.append(1)
         return block(*args, **kwargs)
 
-    monkeypatch.setattr(K, "_w_block", counted)
+    monkeypatch.setattr(K, name, counted)
     nocc, nvir, tile = 2, 5, 2  # three tiles: tile triples of all kinds
     args = random_inputs(nocc, nvir, seed=3)
     idx, w = occupied_triples(nocc)
     X = InCoreOperands(*args[:6])
-    K.triples_energy_mma_partials(X.TT, X.AT, X.BT, args[0], args[1], args[4], args[5], args[6], idx, w, tile=tile)
+    if kernel == "mma":
+        K.triples_energy_mma_partials(X.TT, X.AT, X.BT, args[0], args[1], args[4], args[5], args[6], idx, w, tile=tile)
+    else:
+        K.triples_energy_partials(*args, idx, w, tile=tile)
     nt = 3
     assert len(calls) == idx.shape[0] * (nt**3 + 2 * nt)  # 33 blocks per occupied triple, not 6 x 10
 
