@@ -45,7 +45,10 @@ def prefetched(make: Iterator, depth: int) -> Iterator:
             yield item
     finally:
         stop.set()
-        thread.join(timeout=5)
+        # the last reference to this generator can die in the worker itself (an exception it handed over
+        # keeps this frame alive in its traceback), so the clean-up may run there: it must not join itself
+        if thread is not threading.current_thread():
+            thread.join(timeout=5)
 
 
 __all__ = ["prefetched"]
