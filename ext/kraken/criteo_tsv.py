@@ -369,9 +369,12 @@ def read_criteo_arrow(path: Path, batch_size: int = 512, start: int = 0,
 
     def counted():
         n = 0
-        for cols in map(parser.columns, tables):
-            n += len(cols)
-            yield cols
+        try:
+            for cols in map(parser.columns, tables):
+                n += len(cols)
+                yield cols
+        finally:  # a bad block raises here, not in the block reader: stop its thread now, not at garbage collection
+            tables.close()
         if n == 0:
             raise no_samples(path, start)
 

@@ -162,14 +162,17 @@ def test_values_only_pythons_int_reads_take_the_reference_path(tmp_path, odd):
 ])
 def test_bad_line_gives_the_references_error(tmp_path, bad):
     """A bad line deep in the file (a later block): the same one-line error as the reference, naming
-    the file, the line and the column."""
+    the file, the line and the column; the reader's threads have stopped when the error arrives (the
+    block reader's thread lived on while the error's traceback kept its generator alive)."""
     lines = _lines(300, seed=7)
     lines[211] = bad(lines[211].split("\t"))
     path = _write(tmp_path / "bad.tsv", lines)
     want = _error(read_criteo_reference(path, 16))
     assert want.startswith(f"{path}:212: ")
+    before = threading.active_count()
     assert _error(criteo_tsv.read_criteo_arrow(path, 16, block_bytes=4000)) == want
     assert _error(criteo_tsv.read_criteo_arrow(path, 16, block_bytes=4000, compiled=False)) == want
+    assert threading.active_count() == before
     if numba_available():  # the compiled parser flags the line itself (its block goes to the fallback)
         text = path.read_bytes()
         assert criteo_tsv.parse_block(text, text.count(b"\n")) == 211
