@@ -166,6 +166,19 @@ def _tile_energy(sxy, xe, ye, xo, yo, eocc_ptr, evir_ptr, i, j, k, a, b, c, mask
 
 
 @triton.jit
+def _equal_tile_partner(x, y, A, B):
+    # the odd ordering paired with an even one of a tile triple with two equal tiles: the even one's tiles
+    # (X and Y, or X and V) with two axes swapped, A = B: a <-> b, else (B = C) b <-> c
+    if A == B:
+        xo = tl.permute(x, (1, 0, 2))
+        yo = tl.permute(y, (1, 0, 2))
+    else:
+        xo = tl.permute(x, (0, 2, 1))
+        yo = tl.permute(y, (0, 2, 1))
+    return xo, yo
+
+
+@triton.jit
 def _ordering_pair_fma(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, A, B, C, x, y, z, u, v, w,
                        NOCC, NVIR, TILE: tl.constexpr):
     # (X, Y) of an even ordering (points x y z) and of an odd one (points u v w). With two equal tiles the
@@ -173,12 +186,8 @@ def _ordering_pair_fma(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i,
     # distinct tiles' triples compute all six orderings (the pairing of odd with even orderings does not
     # matter: each is visited once, and the energy is a symmetric sum over the six)
     xe, ye = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, x, y, z, NOCC, NVIR, TILE)
-    if A == B:
-        xo = tl.permute(xe, (1, 0, 2))
-        yo = tl.permute(ye, (1, 0, 2))
-    elif B == C:
-        xo = tl.permute(xe, (0, 2, 1))
-        yo = tl.permute(ye, (0, 2, 1))
+    if (A == B) | (B == C):
+        xo, yo = _equal_tile_partner(xe, ye, A, B)
     else:
         xo, yo = _ordering(ovvv_ptr, ovoo_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, u, v, w, NOCC, NVIR, TILE)
     return xe, ye, xo, yo
@@ -360,12 +369,8 @@ def _ordering_pair(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i,
     # does not matter: each of the six is visited once, and the energy is a symmetric sum over them.
     xe, ve = _ordering_mma(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, T0, T1, T2,
                            x, y, z, D0, D1, D2, NOCC, NVIR, TILE, KB)
-    if A == B:
-        xo = tl.permute(xe, (1, 0, 2))
-        vo = tl.permute(ve, (1, 0, 2))
-    elif B == C:
-        xo = tl.permute(xe, (0, 2, 1))
-        vo = tl.permute(ve, (0, 2, 1))
+    if (A == B) | (B == C):
+        xo, vo = _equal_tile_partner(xe, ve, A, B)
     else:
         xo, vo = _ordering_mma(tt_ptr, at_ptr, bt_ptr, ovov_ptr, t2_ptr, t1_ptr, fov_ptr, i, j, k, U0, U1, U2,
                                u, v, w, E0, E1, E2, NOCC, NVIR, TILE, KB)
@@ -451,6 +456,17 @@ def _check_inputs(t1: torch.Tensor, tensors: dict[str, torch.Tensor], occ_idx: t
         raise ValueError(f"occ_idx must be an (n, 3) int64 tensor on {t1.device}")
 
 
+def _partials_setup(t1, mo_energy, occ_idx, occ_weight, tile: int):
+    """What both fused launchers share: the tile triples, the output (one float64 per program) and the
+    contiguous per-call arguments ``(e_occ, e_vir, occ_idx, occ_weight)``."""
+    o, v = t1.shape
+    vt_idx, vt_w = virtual_tile_triples(v, tile, t1.device)
+    out = torch.empty(occ_idx.shape[0] * vt_idx.shape[0], dtype=torch.float64, device=t1.device)
+    mo_energy = mo_energy.contiguous()
+    return (vt_idx, vt_w, out, mo_energy[:o].contiguous(), mo_energy[o:].contiguous(), occ_idx.contiguous(),
+            occ_weight.contiguous())
+
+
 def _occupied_chunks(n_occ: int, n_vt: int) -> list[tuple[int, int]]:
     """``(start, count)`` runs of occupied triples whose programs (``count * n_vt``) fit one launch."""
     per = max(1, MAX_PROGRAMS // max(n_vt, 1))
@@ -476,16 +492,12 @@ def triples_energy_partials(
     o, v = t1.shape
     _check_inputs(t1, {"t1": t1, "t2": t2, "ovvv": ovvv, "ovoo": ovoo, "ovov": ovov, "fock_ov": fock_ov,
                        "mo_energy": mo_energy, "occ_weight": occ_weight}, occ_idx)
-    dev = t1.device
-    vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
-    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
-    out = torch.empty(n_occ * n_vt, dtype=torch.float64, device=dev)
+    vt_idx, vt_w, out, e_occ, e_vir, occ_idx, occ_weight = _partials_setup(t1, mo_energy, occ_idx, occ_weight, tile)
     if out.numel() == 0:
         return out
-    mo_energy = mo_energy.contiguous()
+    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
     args = (t1.contiguous(), t2.contiguous(), ovvv.contiguous(), ovoo.contiguous(), ovov.contiguous(),
-            fock_ov.contiguous(), mo_energy[:o].contiguous(), mo_energy[o:].contiguous())
-    occ_idx, occ_weight = occ_idx.contiguous(), occ_weight.contiguous()
+            fock_ov.contiguous(), e_occ, e_vir)
     for s, n in _occupied_chunks(n_occ, n_vt):  # triple-major: a chunk's partials are one run of out
         _triples_energy_kernel[(n * n_vt,)](
             *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s * n_vt:(s + n) * n_vt],
@@ -553,16 +565,11 @@ def triples_energy_mma_partials(
             raise ValueError(f"{name} must be a contiguous float64 {shape} tensor, got {x.dtype} {tuple(x.shape)}")
     _check_inputs(t1, {"tt": tt, "at": at, "bt": bt, "t1": t1, "t2": t2, "ovov": ovov, "fock_ov": fock_ov,
                        "mo_energy": mo_energy, "occ_weight": occ_weight}, occ_idx)
-    dev = t1.device
-    vt_idx, vt_w = virtual_tile_triples(v, tile, dev)
-    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
-    out = torch.empty(n_vt * n_occ, dtype=torch.float64, device=dev)
+    vt_idx, vt_w, out, e_occ, e_vir, occ_idx, occ_weight = _partials_setup(t1, mo_energy, occ_idx, occ_weight, tile)
     if out.numel() == 0:
         return out
-    mo_energy = mo_energy.contiguous()
-    args = (tt, at, bt, t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(),
-            mo_energy[:o].contiguous(), mo_energy[o:].contiguous())
-    occ_idx, occ_weight = occ_idx.contiguous(), occ_weight.contiguous()
+    n_occ, n_vt = occ_idx.shape[0], vt_idx.shape[0]
+    args = (tt, at, bt, t1.contiguous(), t2.contiguous(), ovov.contiguous(), fock_ov.contiguous(), e_occ, e_vir)
     for s, n in _occupied_chunks(n_occ, n_vt):  # a chunk writes its columns of the (n_vt, n_occ) partials
         _triples_mma_kernel[(n * n_vt,)](
             *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s:], n, n_occ, o, v,
