@@ -3,6 +3,7 @@
     python benchmarks/foresight.py                    # NYX 32^3 sample (6 fields) + a 256^3 synthetic GRF
     python benchmarks/foresight.py --size 64 --repeats 2    # quick
     python benchmarks/foresight.py --codec blocks           # our device codec (the default on CUDA) on the CPU
+    python benchmarks/foresight.py --device cuda --entropy nvcomp   # its frames by nvCOMP on the GPU
 
 For each input and each bound e = E * (max - min), E in --bounds, every compressor runs in its
 absolute-error mode with bound e (fpzip: the fewest bits that meet e); the max error of each result
@@ -44,12 +45,14 @@ def main(argv=None) -> int:
                     help="bounds relative to each field's value range (default 1e-2 1e-3 1e-4)")
     ap.add_argument("--codec", default="auto", choices=["auto", "planes", "blocks"],
                     help="our codec (auto: blocks on CUDA, planes on the CPU)")
+    ap.add_argument("--entropy", default="auto", choices=["auto", "zstd", "nvcomp"],
+                    help="the block codec's zstd frames: on the host (auto, zstd) or by nvCOMP on the GPU")
     args = ap.parse_args(argv)
     dev = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                        else "cpu")
     sync = torch.cuda.synchronize if dev.type == "cuda" else None
     comps = {n: get_compressor(n) for n in COMPRESSORS}
-    extra = {n: ({"codec": args.codec} if n == "ours" else {}) for n in COMPRESSORS}
+    extra = {n: ({"codec": args.codec, "entropy": args.entropy} if n == "ours" else {}) for n in COMPRESSORS}
     rows = []
     for iname, fields in inputs(args.size).items():
         for rel in args.bounds:
@@ -86,7 +89,8 @@ def main(argv=None) -> int:
                              decompress_MBps={n: mb / t_d[n] for n in COMPRESSORS},
                              compress_speedup_vs_sz3=t_c["sz3"] / t_c["ours"],
                              decompress_speedup_vs_sz3=t_d["sz3"] / t_d["ours"], device=str(dev),
-                             codec=packed["ours"].meta["codec"])
+                             codec=packed["ours"].meta["codec"],
+                             entropy=packed["ours"].meta.get("stages", ["zstd (planes)"])[-1])
             rows.append(row)
             print(f"{iname:8s} E={rel:<7g} ratio " + "  ".join(f"{n} {ratio[n]:7.2f}" for n in COMPRESSORS)
                   + f"  | ours/sz3 {ratio['ours'] / ratio['sz3']:.2f}  | comp MB/s "
@@ -95,7 +99,7 @@ def main(argv=None) -> int:
                   + f"  | bound held {all(ok.values())}", flush=True)
     path = write_results("foresight", "compressors", rows, out=args.out,
                          params={"size": args.size, "bounds": args.bounds, "repeats": args.repeats,
-                                 "device": str(dev), "codec": args.codec})
+                                 "device": str(dev), "codec": args.codec, "entropy": args.entropy})
     groups = [r["name"] for r in rows]
     bar_plot(path.with_suffix(".png"), groups, {n: [r["ratio"][n] for r in rows] for n in COMPRESSORS},
              ylabel="compression ratio at equal max error", logy=True, highlight="ours",

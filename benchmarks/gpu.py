@@ -16,7 +16,7 @@ a PNG of the ratios, and a table on stdout.
 | segalign | ``torchhpc align`` on CUDA + all cores, and on all cores; whole and ``--nogapped``; whole with ``--gapped-by triton`` (and whether its MAF is the same bytes) | LASTZ 1.04 on one core, the same options | LASTZ s / ours s |
 | ccsdt | E(T), FP64: the pair-blocked GEMMs, the fused kernel on FP64 MMA (tiles 8, 16), the fused CUDA-core kernel | 67 TFLOP/s FP64 tensor-core peak; cuBLAS DGEMM | TFLOP/s, % of peak |
 | ccsdt-large (only by ``--only``: up to 4 minutes) | E(T) at o=40 v=300: the pair GEMMs and the MMA kernel, one call each | the same | TFLOP/s, % of peak |
-| foresight | our compressor on CUDA | SZ3, ZFP, fpzip on one CPU core | MB/s and ratio |
+| foresight | our compressor on CUDA (its frames by the host's zstd, and by nvCOMP where installed) | SZ3, ZFP, fpzip on one CPU core | MB/s and ratio |
 | kraken | table-batched pooling + fused row-wise AdaGrad (two launches) | per-table ``nn.EmbeddingBag`` + ``torch.optim.Adagrad`` | ms, GB/s, % of HBM |
 | sched | the batched simulator's torch path on CUDA | the compiled CPU path | decisions/s |
 | symnmf | Gauss-Newton SymNMF on CUDA, SBM n = 100,000 | the same on all CPU cores | s, ARI |
@@ -62,7 +62,7 @@ STEPS = [
     Step("kernels", 110, True, "every Triton kernel test compiled on the GPU, against its torch twin"),
     Step("segalign", 120, True, "torchhpc align (CUDA / all cores) against LASTZ on one core, whole and filter"),
     Step("ccsdt", 50, True, "E(T), FP64, o=20 v=120 and o=10 v=60: pair GEMMs, fused MMA and CUDA-core kernels"),
-    Step("foresight", 55, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3"),
+    Step("foresight", 60, True, "our codec on CUDA against SZ3 / ZFP / fpzip on one core, 256^3; nvCOMP frames"),
     Step("kraken", 35, True, "table-batched pooling + fused AdaGrad against per-table EmbeddingBag + Adagrad"),
     Step("sched", 30, True, "the batched simulator on CUDA against the compiled CPU path"),
     Step("symnmf", 45, True, "Gauss-Newton SymNMF, SBM n = 100,000, k = 10: CUDA against all cores"),
@@ -224,8 +224,17 @@ def _benchmark_rows(system: str, args: list[str], work: Path) -> list[dict]:
 
 
 def step_foresight(device: str, work: Path) -> list[dict]:
-    return _benchmark_rows("foresight", ["--device", device, "--size", "256", "--repeats", "2",
+    import importlib.util
+
+    rows = _benchmark_rows("foresight", ["--device", device, "--size", "256", "--repeats", "2",
                                          "--bounds", "1e-2", "1e-3"], work)
+    if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.nvcomp") is None:
+        return [*rows, {"name": "entropy nvcomp", "skipped": "nvCOMP not installed (pip install 'torchhpc[nvcomp]')"}]
+    try:  # the host stage's rows stand whatever nvCOMP does on this machine
+        return rows + _benchmark_rows("foresight", ["--device", device, "--size", "256", "--repeats", "1",
+                                                    "--bounds", "1e-3", "--entropy", "nvcomp"], work / "nvcomp")
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        return [*rows, {"name": "entropy nvcomp", "failed": str(exc)}]
 
 
 def step_kraken(device: str, work: Path) -> list[dict]:

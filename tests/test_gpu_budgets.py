@@ -70,6 +70,10 @@ def test_foresight_block_codec_batch():
             encoded = blocks_encode_many(fields, [0.01] * count, backend="triton")
         GPU_BUDGETS["blocks_encode_batch"].check(work, 1, f"foresight block batch of {count}")
         assert work.syncs == 2 and len(encoded) == count
+        with count_host_work() as kept:  # for the device's entropy stage: the payloads stay where they are
+            on_device = blocks_encode_many(fields, [0.01] * count, backend="triton", on_device=True)
+        GPU_BUDGETS["blocks_encode_on_device"].check(kept, count, f"foresight block batch of {count} on the device")
+        assert kept.syncs == 1 and [t.numpy().tobytes() for t, _ in on_device] == [p for p, _ in encoded]
 
 
 def test_segalign_filter_per_strand(tmp_path):

@@ -3,7 +3,7 @@
 The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filter on a real pair,
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
 codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
-either device to the same values)
+either device to the same values; nvCOMP's frames decode on the host)
 and sched's batched simulator (the torch path on CUDA makes the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
@@ -53,6 +53,25 @@ def test_foresight_batch_on_cuda_equals_each_field_on_the_cpu():
         alone = comp.compress(x, mode="rel", bound=1e-3, codec="blocks")
         assert c.payload == alone.payload and c.meta == alone.meta
         assert torch.equal(comp.decompress(c, "cuda").cpu(), comp.decompress(alone, "cpu"))
+
+
+def test_foresight_nvcomp_frames_decode_on_the_host_to_the_host_stages_values():
+    """entropy=nvcomp (where nvCOMP is installed): a batch of fields, one of them over several 64 KiB frames,
+    each written as nvCOMP's zstd frames on the device; each decodes on the CPU, with zstandard alone, to
+    the values of the host stage's file, and its header says which stage ran."""
+    pytest.importorskip("nvidia.nvcomp", reason="nvCOMP not installed (pip install 'torchhpc[nvcomp]')")
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    gen = torch.Generator().manual_seed(5)
+    xs = [torch.randn(shape, generator=gen).cumsum(-1) for shape in [(64, 64, 64), (1, 9, 40), (777,)]]
+    comp = OursCompressor()
+    device = comp.compress_many([x.cuda() for x in xs], mode="rel", bound=1e-4, entropy="nvcomp")
+    for x, c in zip(xs, device, strict=True):
+        host = comp.compress(x, mode="rel", bound=1e-4, codec="blocks")
+        assert c.meta["stages"][-1] == "nvcomp-zstd" and c.meta["chunk"] == 1 << 16
+        assert torch.equal(comp.decompress(c, "cpu"), comp.decompress(host, "cpu"))
+    one = comp.compress(xs[0].cuda(), mode="rel", bound=1e-4, entropy="nvcomp")
+    assert torch.equal(comp.decompress(one, "cuda").cpu(), comp.decompress(device[0], "cpu"))
 
 
 @pytest.mark.parametrize("backfill", ["none", "easy"])

@@ -56,6 +56,9 @@ GPU_BUDGETS = {
                                 why="unpack, three prefix sums and the dequantisation; outliers scattered back"),
     "blocks_encode_batch": HostBudget("batch", syncs=2, launches=6,
                                       why="any number of fields: one concatenation, two kernels, one payload"),
+    "blocks_encode_on_device": HostBudget("field", syncs=0, launches=7, fixed_syncs=1, fixed_launches=6,
+                                          why="only the payloads' size crosses; each field's payload is cut from "
+                                              "the batch's where it is (a zeroed buffer, six region copies)"),
     "blocks_encode_interp": HostBudget("interpolation step", syncs=0, launches=7, fixed_syncs=2, fixed_launches=16,
                                        why="each step's prediction is a few integer tensor ops"),
     "blocks_decode_interp": HostBudget("interpolation step", syncs=0, launches=7, fixed_launches=12,
@@ -156,11 +159,14 @@ def blocks_encode(x: torch.Tensor, eb: float, backend: str = "auto", predictor: 
     return blocks_encode_many([x], [eb], backend, predictor)[0]
 
 
-def blocks_encode_many(xs: list[torch.Tensor], ebs: list[float], backend: str = "auto", predictor: str = "lorenzo"
-                       ) -> list[tuple[bytes, dict[str, int | str]]]:
+def blocks_encode_many(xs: list[torch.Tensor], ebs: list[float], backend: str = "auto", predictor: str = "lorenzo",
+                       on_device: bool = False) -> list[tuple[bytes | torch.Tensor, dict[str, int | str]]]:
     """:func:`blocks_encode` of several fields of one dtype on one device, each with its bound, in one batch:
     on the Triton path two kernel launches and one host sync for all of them, the payloads crossing to the
-    host together; each field's payload is the one :func:`blocks_encode` writes for it alone."""
+    host together; each field's payload is the one :func:`blocks_encode` writes for it alone.
+
+    ``on_device``: each payload is returned as a uint8 tensor on the fields' CUDA device instead of bytes
+    (for an entropy stage on the device, :func:`.entropy.device_frames`); the Triton path only."""
     if not xs or len(xs) != len(ebs):
         raise InputError(f"give one bound per field: {len(xs)} fields, {len(ebs)} bounds")
     for x, eb in zip(xs, ebs, strict=True):
@@ -175,13 +181,16 @@ def blocks_encode_many(xs: list[torch.Tensor], ebs: list[float], backend: str = 
         raise InputError(f"the block codec's predictor must be one of {', '.join(BLOCK_PREDICTORS)}; got {predictor!r}")
     vols = [x.reshape(as_volume(tuple(x.shape))).contiguous() for x in xs]
     if resolve_backend(backend, xs[0].device, choices=("torch", "triton")) == "torch":
+        if on_device:
+            raise InputError("payloads stay on the device only on the Triton path (backend triton, a CUDA field)")
         return [_encode_numpy(v.cpu(), eb, predictor) for v, eb in zip(vols, ebs, strict=True)]
     with _on(xs[0].device):
-        return _encode_batch(vols, ebs, predictor)
+        return _encode_batch(vols, ebs, predictor, on_device)
 
 
-def _encode_batch(vols: list[torch.Tensor], ebs: list[float], predictor: str) -> list[tuple[bytes, dict[str, int | str]]]:
-    """The Triton path of :func:`blocks_encode_many`."""
+def _encode_batch(vols: list[torch.Tensor], ebs: list[float], predictor: str, on_device: bool = False
+                  ) -> list[tuple[bytes | torch.Tensor, dict[str, int | str]]]:
+    """The Triton path of :func:`blocks_encode_many` (``on_device``: the payloads stay where they are)."""
     from torchhpc.triton_kernels.foresight import block_pack_triton, block_scan_triton, block_table
 
     flat = torch.cat([v.reshape(-1) for v in vols]) if len(vols) > 1 else vols[0].reshape(-1)
@@ -197,7 +206,7 @@ def _encode_batch(vols: list[torch.Tensor], ebs: list[float], predictor: str) ->
     lay = Layout(table.blocks, cuts[0][-1], cuts[1][-1], cuts[2][-1], flat.element_size())
     buf = torch.zeros(lay.starts[-1], dtype=torch.uint8, device=flat.device)  # zero padding: same bytes
     block_pack_triton(flat, table, ends, lay.views(buf, flat.dtype), r, vflag)
-    payload = _to_host(buf)
+    payload = buf if on_device else _to_host(buf)
     if len(vols) == 1:
         return [(payload, _meta(predictor, lay))]
     out = []
@@ -221,19 +230,21 @@ def _meta(predictor: str, lay: Layout) -> dict[str, int | str]:
     return {"predictor": predictor, "blocks": lay.blocks, "words": lay.words, "wide": lay.wide, "values": lay.values}
 
 
-def _cut(payload: bytes, lay: Layout, first: int, count: int, before: tuple[int, int, int], upto: tuple[int, int, int],
-         predictor: str) -> tuple[bytes, dict[str, int | str]]:
-    """One field's payload out of a batch's: its blocks ``first .. first + count``, its planes and outliers
-    between the batch's running totals ``before`` and ``upto`` (words, wide residuals, value outliers)."""
+def _cut(payload: bytes | torch.Tensor, lay: Layout, first: int, count: int, before: tuple[int, int, int],
+         upto: tuple[int, int, int], predictor: str) -> tuple[bytes | torch.Tensor, dict[str, int | str]]:
+    """One field's payload out of a batch's (bytes, or a uint8 tensor where it stays): its blocks ``first ..
+    first + count``, its planes and outliers between the batch's running totals ``before`` and ``upto``
+    (words, wide residuals, value outliers)."""
     one = Layout(count, upto[0] - before[0], upto[1] - before[1], upto[2] - before[2], lay.itemsize)
     src, dst = lay.starts, one.starts
-    out = bytearray(dst[-1])
+    tensor = isinstance(payload, torch.Tensor)
+    out = torch.zeros(dst[-1], dtype=torch.uint8, device=payload.device) if tensor else bytearray(dst[-1])
     ranges = ((first, count), (4 * before[0], 4 * one.words), (8 * before[1], 8 * one.wide),
               (8 * before[1], 8 * one.wide), (8 * before[2], 8 * one.values),
               (lay.itemsize * before[2], lay.itemsize * one.values))
     for region, (offset, size) in enumerate(ranges):
         out[dst[region]:dst[region] + size] = payload[src[region] + offset:src[region] + offset + size]
-    return bytes(out), _meta(predictor, one)
+    return (out if tensor else bytes(out)), _meta(predictor, one)
 
 
 def _encode_numpy(vol: torch.Tensor, eb: float, predictor: str) -> tuple[bytes, dict[str, int | str]]:
@@ -320,53 +331,5 @@ def _decode(payload, lay, predictor, vol, n, shape, dtype, eb, device, backend) 
     return out.reshape(shape)
 
 
-# ----------------------------------------------------------------------------- the host's entropy stage
-
-CHUNK = 1 << 20
-"""Bytes per zstd frame of the entropy stage: frames are (de)compressed in parallel on the host's cores."""
-
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's count)."""
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def entropy_encode(payload: bytes, level: int) -> list[bytes]:
-    """The packed payload as independent zstd frames of :data:`CHUNK` bytes, compressed on every core, each
-    with its content size and a checksum (a flipped bit is an error, not a wrong field).
-
-    Bit planes of low bits are near random, but the widths, the high planes of a wide block and the
-    all-zero blocks of smooth regions are not: at level 1 this stage adds 10-90 % to the ratio for a few
-    milliseconds per MB.
-    """
-    import zstandard
-
-    chunks = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [b""]
-    out = zstandard.ZstdCompressor(level=level, write_checksum=True).multi_compress_to_buffer(chunks, threads=_cores())
-    return [out[i].tobytes() for i in range(len(out))]
-
-
-def entropy_decode(frames: list[bytes], size: int) -> bytes:
-    """Inverse of :func:`entropy_encode`: the ``size`` bytes of the payload.  Each frame's declared size is
-    checked against the payload's before anything is allocated; InputError on any corrupt frame."""
-    import zstandard
-
-    try:
-        declared = [zstandard.get_frame_parameters(f).content_size for f in frames]
-    except zstandard.ZstdError as exc:
-        raise InputError(f"corrupt zstd stream ({exc})") from None
-    count = max(1, -(-size // CHUNK))
-    if len(declared) != count or declared[:-1] != [CHUNK] * (count - 1) or declared[-1] != size - CHUNK * (count - 1):
-        raise InputError(f"corrupt payload: zstd frames of {declared[:3]}... bytes where the header says "
-                         f"{size} bytes in all")
-    try:
-        out = zstandard.ZstdDecompressor().multi_decompress_to_buffer(frames, threads=_cores())
-    except (zstandard.ZstdError, ValueError) as exc:
-        raise InputError(f"corrupt zstd stream ({exc})") from None
-    return b"".join(out[i].tobytes() for i in range(len(out)))
-
-
-__all__ = ["BLOCK_PREDICTORS", "CHUNK", "GPU_BUDGETS", "Layout", "blocks_decode", "blocks_encode", "blocks_encode_many",
-           "entropy_decode", "entropy_encode", "payload_layout"]
+__all__ = ["BLOCK_PREDICTORS", "GPU_BUDGETS", "Layout", "blocks_decode", "blocks_encode", "blocks_encode_many",
+           "payload_layout"]

@@ -42,13 +42,15 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
-from .blocks import (
-    blocks_decode,
-    blocks_encode,
-    blocks_encode_many,
+from .blocks import blocks_decode, blocks_encode_many, payload_layout
+from .entropy import (
+    CHUNK,
+    DEVICE_CHUNK,
+    ENTROPY_STAGES,
+    check_device_stage,
+    device_frames,
     entropy_decode,
     entropy_encode,
-    payload_layout,
 )
 from .ops import (
     PREDICTORS,
@@ -318,14 +320,16 @@ class OursCompressor(Compressor):
     """Our compressor: dual-quantised prediction and one of two codecs (see :mod:`.ops`, :mod:`.blocks`).
 
     ``codec``: ``planes`` (the residuals' byte planes, zstd), ``blocks`` (the residuals bit-packed in
-    blocks of 32 where the data is, then zstd frames on every host core) or ``auto`` (``blocks`` for a tensor on CUDA, ``planes`` elsewhere: each is the faster on
-    its device).  Either decodes on either device.
+    blocks of 32 where the data is, then zstd frames) or ``auto`` (``blocks`` for a tensor on CUDA,
+    ``planes`` elsewhere: each is the faster on its device).  ``entropy`` (the block codec's frames,
+    :mod:`.entropy`): ``zstd`` on the host's cores (``auto``) or ``nvcomp`` on the field's CUDA device.
+    Either codec, whichever stage wrote it, decodes on either device.
     """
 
     name = "ours"
     modes = MODES
     self_bounded = True  # both codecs compare the decoder's value with the input while encoding
-    PARAMS = {"predictor": "auto", "level": "auto", "backend": "auto", "codec": "auto"}
+    PARAMS = {"predictor": "auto", "level": "auto", "backend": "auto", "codec": "auto", "entropy": "auto"}
     CODECS = ("auto", "planes", "blocks")
     BLOCKS_AUTO = "interp"
     """The block codec's predictor for ``predictor: auto``: linear interpolation packed smaller than Lorenzo
@@ -343,48 +347,65 @@ class OursCompressor(Compressor):
             raise InputError(f"compressor 'ours': level must be auto or an integer in 1..22, got {p['level']!r}")
         if p["codec"] not in self.CODECS:
             raise InputError(f"compressor 'ours': codec must be one of {', '.join(self.CODECS)}; got {p['codec']!r}")
+        if p["entropy"] not in ENTROPY_STAGES:
+            raise InputError(f"compressor 'ours': entropy must be one of {', '.join(ENTROPY_STAGES)}; "
+                             f"got {p['entropy']!r}")
+        if p["entropy"] == "nvcomp" and (p["codec"] == "planes" or p["level"] != "auto"):
+            raise InputError("compressor 'ours': entropy=nvcomp is the block codec's stage on the device "
+                             "(codec blocks or auto; nvCOMP's Zstd has no level)")
         return p
 
+    def _codec(self, p, xs) -> str:
+        if p["codec"] != "auto":
+            return p["codec"]
+        return "blocks" if p["entropy"] == "nvcomp" or all(x.is_cuda for x in xs) else "planes"
+
     def _encode(self, x, p, eb):
-        codec = p["codec"] if p["codec"] != "auto" else ("blocks" if x.device.type == "cuda" else "planes")
-        if codec == "blocks":
-            level = 1 if p["level"] == "auto" else p["level"]
-            predictor = self.BLOCKS_AUTO if p["predictor"] == "auto" else p["predictor"]
-            payload, meta = blocks_encode(x, eb, backend=p["backend"], predictor=predictor)
-            stages = ["quantize", predictor, "zigzag", "bitpack32", f"zstd{level}"]
-            return pack_sections(entropy_encode(payload, level)), {"codec": "blocks", "stages": stages, **meta}
+        if self._codec(p, [x]) == "blocks":
+            return self._blocks([x], [eb], p)[0]
         level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else 6)
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
         return pack_sections(sections), {"codec": "planes", "predictor": used}
 
+    def _blocks(self, xs, ebs, p) -> list[tuple[bytes, dict[str, Any]]]:
+        """The block codec's sections and header of each field (one dtype, one device) in one batch."""
+        predictor = self.BLOCKS_AUTO if p["predictor"] == "auto" else p["predictor"]
+        if p["entropy"] == "nvcomp":
+            check_device_stage(xs[0].device)
+            packed = blocks_encode_many(xs, ebs, backend=p["backend"], predictor=predictor, on_device=True)
+            frames = device_frames([payload for payload, _ in packed])
+            stage, chunk = "nvcomp-zstd", DEVICE_CHUNK
+        else:
+            packed = blocks_encode_many(xs, ebs, backend=p["backend"], predictor=predictor)
+            level = 1 if p["level"] == "auto" else p["level"]
+            frames = [entropy_encode(payload, level) for payload, _ in packed]
+            stage, chunk = f"zstd{level}", CHUNK
+        return [(pack_sections(f), {"codec": "blocks", "stages": ["quantize", predictor, "zigzag", "bitpack32", stage],
+                                    "chunk": chunk, **meta})
+                for f, (_, meta) in zip(frames, packed, strict=True)]
+
     def compress_many(self, xs, *, verify=True, **params):
         """The fields' block payloads in one batch per dtype (:func:`.blocks.blocks_encode_many`: two kernel
-        launches and one host sync for all of them) where the codec is ``blocks`` and the mode ``abs`` or
-        ``rel``; field by field otherwise.  Each field gets the payload it gets alone; its ``compress_s`` is
-        the batch's time shared by bytes."""
+        launches and one host sync for all of them; with ``entropy=nvcomp`` one nvCOMP batch too) where the
+        codec is ``blocks`` and the mode ``abs`` or ``rel``; field by field otherwise.  Each field gets the
+        payload it gets alone; its ``compress_s`` is the batch's time shared by bytes."""
         p = self.check_params(params)
         xs = [self._input(x) for x in xs]
-        codec = p["codec"] if p["codec"] != "auto" else ("blocks" if all(x.is_cuda for x in xs) else "planes")
-        if len(xs) < 2 or codec != "blocks" or p["mode"] == "pw_rel" or len({x.device for x in xs}) > 1:
+        if len(xs) < 2 or self._codec(p, xs) != "blocks" or p["mode"] == "pw_rel" or len({x.device for x in xs}) > 1:
             return super().compress_many(xs, verify=verify, **params)
         t0 = time.perf_counter()
         ebs = self.absolute_bounds(xs, p)
-        level = 1 if p["level"] == "auto" else p["level"]
-        predictor = self.BLOCKS_AUTO if p["predictor"] == "auto" else p["predictor"]
         encoded: dict[int, tuple[bytes, dict]] = {}
         for dtype in {x.dtype for x in xs}:
             group = [i for i, x in enumerate(xs) if x.dtype == dtype]
-            for i, got in zip(group, blocks_encode_many([xs[i] for i in group], [ebs[i] for i in group],
-                                                        backend=p["backend"], predictor=predictor), strict=True):
+            for i, got in zip(group, self._blocks([xs[i] for i in group], [ebs[i] for i in group], p), strict=True):
                 encoded[i] = got
         out = []
         for i, x in enumerate(xs):
-            payload, meta = encoded[i]
-            meta = {"codec": "blocks", "stages": ["quantize", predictor, "zigzag", "bitpack32", f"zstd{level}"],
-                    **meta, "eb": ebs[i]}
-            sections = [pack_sections(entropy_encode(payload, level)), zstd_compress(b""), zstd_compress(b"")]
-            out.append((Compressed(self.name, p, tuple(x.shape), str(x.dtype).replace("torch.", ""), b"", meta),
-                        pack_sections(sections)))
+            body, meta = encoded[i]
+            sections = [body, zstd_compress(b""), zstd_compress(b"")]
+            out.append((Compressed(self.name, p, tuple(x.shape), str(x.dtype).replace("torch.", ""), b"",
+                                   {**meta, "eb": ebs[i]}), pack_sections(sections)))
         seconds = time.perf_counter() - t0
         total = sum(x.numel() * x.element_size() for x in xs)
         return [self._finish(c, x, payload, seconds * x.numel() * x.element_size() / total)
@@ -393,7 +414,8 @@ class OursCompressor(Compressor):
     def _decode(self, c, device):
         dtype = getattr(torch, c.dtype)
         if c.meta.get("codec") == "blocks":
-            payload = entropy_decode(unpack_sections(c.payload), payload_layout(c.meta, dtype).starts[-1])
+            payload = entropy_decode(unpack_sections(c.payload), payload_layout(c.meta, dtype).starts[-1],
+                                     c.meta.get("chunk", CHUNK))
             return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
         return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)
 

@@ -115,6 +115,10 @@ def test_a_batch_of_fields_gives_each_field_its_own_payload(kernel_device, predi
     alone = [blocks_encode(x, eb, backend="torch", predictor=predictor) for x, eb in zip(xs, ebs, strict=True)]
     assert batch == alone
     assert [m["values"] for _, m in batch] == [0, 1, 1, 0]
+    kept = blocks_encode_many([x.to(kernel_device) for x in xs], ebs, backend="triton", predictor=predictor,
+                              on_device=True)  # for a device entropy stage: the same bytes, left on the device
+    assert all(t.device == kernel_device and t.dtype == torch.uint8 for t, _ in kept)
+    assert [(t.cpu().numpy().tobytes(), m) for t, m in kept] == alone
 
 
 def test_block_codec_refuses_a_corrupt_payload():

@@ -162,3 +162,67 @@ def test_a_corrupt_block_file_is_one_error_never_a_crash_or_a_wrong_field():
     wide = torch.tensor([3e38, -3e38, 1.0, 2.0])
     y = decompress(compress(wide, "ours", mode="rel", bound=1e-3, codec="blocks"))
     assert float((y.double() - wide.double()).abs().max()) <= 1e-3 * 6e38
+
+
+def _reframed(c: Compressed, chunk: int, **zstd) -> Compressed:
+    """``c`` with its block payload cut into zstd frames of ``chunk`` bytes written with ``zstd`` options."""
+    import zstandard
+
+    from torchhpc.ext.foresight.blocks import payload_layout
+    from torchhpc.ext.foresight.entropy import entropy_decode
+    from torchhpc.ext.foresight.ops import pack_sections, unpack_sections
+
+    base, idx, vals = unpack_sections(c.payload)
+    payload = entropy_decode(unpack_sections(base), payload_layout(c.meta, getattr(torch, c.dtype)).starts[-1])
+    writer = zstandard.ZstdCompressor(level=1, **zstd)
+    frames = [writer.compress(payload[i:i + chunk]) for i in range(0, len(payload), chunk)]
+    return Compressed(c.compressor, c.params, c.shape, c.dtype, pack_sections([pack_sections(frames), idx, vals]),
+                      {**c.meta, "chunk": chunk, "stages": [*c.meta["stages"][:-1], "nvcomp-zstd"]})
+
+
+def test_frames_as_nvcomp_writes_them_decode_on_the_host():
+    """A block file whose payload is in frames of 64 KiB that declare no content size and carry no checksum
+    (what nvCOMP's Zstd writes, RAW) decodes on the host to the same values as the host stage's file; a file
+    from before the frame size was recorded decodes too; a header whose frame size is not the frames' is
+    one error."""
+    from torchhpc.ext.foresight.entropy import DEVICE_CHUNK
+
+    x = torch.randn(48, 40, 40, generator=torch.Generator().manual_seed(1))
+    c = compress(x, "ours", mode="abs", bound=1e-4, codec="blocks", predictor="lorenzo")
+    assert c.meta["chunk"] == 1 << 20 and c.meta["stages"][-1] == "zstd1"
+    expected = decompress(c)
+    device_like = _reframed(c, DEVICE_CHUNK, write_content_size=False, write_checksum=False)
+    from torchhpc.ext.foresight.ops import unpack_sections
+
+    assert len(unpack_sections(unpack_sections(device_like.payload)[0])) >= 3  # several frames
+    assert torch.equal(decompress(Compressed.from_bytes(device_like.to_bytes())), expected)
+    old = Compressed(c.compressor, c.params, c.shape, c.dtype, c.payload, {k: v for k, v in c.meta.items() if k != "chunk"})
+    assert torch.equal(decompress(Compressed.from_bytes(old.to_bytes())), expected)
+    for chunk in (DEVICE_CHUNK // 2, 0, "64k", 1 << 40):
+        with pytest.raises(InputError, match="corrupt"):
+            decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, device_like.payload,
+                                  {**device_like.meta, "chunk": chunk}))
+    short = _reframed(c, DEVICE_CHUNK + 16, write_content_size=False)  # right count, wrong sizes: no content size to check first
+    with pytest.raises(InputError, match="corrupt"):
+        decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, short.payload, {**short.meta, "chunk": DEVICE_CHUNK}))
+
+
+def test_the_nvcomp_stage_says_what_it_needs(monkeypatch):
+    """entropy=nvcomp: a field on the CPU, a zstd level, the planes codec, an unknown stage and nvCOMP not
+    installed are one InputError each, naming the way out."""
+    import sys
+
+    from torchhpc.ext.foresight.entropy import check_device_stage
+
+    x = awkward_field()
+    with pytest.raises(InputError, match="CUDA device that holds the field"):
+        compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp")
+    with pytest.raises(InputError, match="has no level"):
+        compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp", level=3)
+    with pytest.raises(InputError, match="codec blocks or auto"):
+        compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp", codec="planes")
+    with pytest.raises(InputError, match="entropy must be one of auto, zstd, nvcomp"):
+        compress(x, "ours", mode="abs", bound=0.1, entropy="ans")
+    monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)
+    with pytest.raises(InputError, match=r"pip install 'torchhpc\[nvcomp\]'"):
+        check_device_stage(torch.device("cuda", 0))
