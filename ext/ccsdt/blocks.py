@@ -158,9 +158,13 @@ class InCoreOperands:
     ``V_ijk[a,b,c] = H_ij[a,b] . u_k[c] + H_ik[a,c] . u_j[b] + H_jk[b,c] . u_i[a]`` with
     ``H[p,q] = [(px|qy) + (qy|px), t2[p,q,x,y] + t2[q,p,y,x]]`` ``(v^2, 2)`` and
     ``u[r] = [t1[r], f[r]]`` ``(2, v)``.
+
+    ``gemm_only=True``: ``AT``, ``BT`` and ``TT`` alone, what the fused kernel on the FP64 tensor cores reads
+    (it pairs the GEMMs itself and forms ``V`` from the inputs): ``TT2``, ``H`` and ``u`` are ``None``, and
+    ``2 o^2 v (v + o) + 2 o^2 v^2`` doubles fewer are held (5 GB at o=40, v=300).
     """
 
-    def __init__(self, t1, t2, ovvv, ovoo, ovov, fock_ov):
+    def __init__(self, t1, t2, ovvv, ovoo, ovov, fock_ov, gemm_only: bool = False):
         o, v = t1.shape
         self.nocc, self.nvir = o, v
         # ovvv=None: only the replicated O(o^2 v^2) part; AT/BT are then filled per block with the
@@ -173,6 +177,9 @@ class InCoreOperands:
             fill_slice_operands(self.AT, self.BT, ovvv, t2, slice(None))
         ovoo_pq = ovoo.permute(0, 2, 1, 3)  # [p, q, x, m] = (px|qm)
         self.TT = torch.cat([t2, -ovoo_pq], dim=3).contiguous()  # (o, o, v, v + o)
+        self.TT2 = self.H = self.u = None
+        if gemm_only:
+            return
         self.TT2 = torch.cat([self.TT, self.TT.transpose(0, 1)], dim=2).contiguous()  # [TT[p,q]; TT[q,p]]
         G = ovov.permute(0, 2, 1, 3)  # G[p,q,x,y] = (px|qy)
         G = G + G.permute(1, 0, 3, 2)

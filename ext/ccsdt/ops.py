@@ -102,9 +102,12 @@ def triples_flops(nocc: int, nvir: int) -> float:
 # ----------------------------------------------------------------------------- the in-core torch path
 
 
-def incore_bytes(nocc: int, nvir: int) -> int:
-    """Bytes of the in-core operands of :class:`InCoreOperands` (``AT, BT`` dominate: ``2 o (v + o) v^2``)."""
+def incore_bytes(nocc: int, nvir: int, gemm_only: bool = False) -> int:
+    """Bytes of the in-core operands of :class:`InCoreOperands` (``AT, BT`` dominate: ``2 o (v + o) v^2``);
+    ``gemm_only``: its ``AT``, ``BT`` and ``TT`` alone (the tensor-core kernel's)."""
     o, v = nocc, nvir
+    if gemm_only:
+        return 8 * (2 * o * (v + o) * v * v + o * o * v * (v + o))
     return 8 * (2 * o * (v + o) * v * v + 3 * o * o * v * (v + o) + 2 * o * o * v * v + 2 * o * v)
 
 
@@ -306,7 +309,7 @@ def triples_energy_mma(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, max_memo
     from torchhpc.triton_kernels import ccsdt as K
 
     o, v = t1.shape
-    need = incore_bytes(o, v)
+    need = incore_bytes(o, v, gemm_only=True)
     if need > max_memory * 2**20:
         raise InputError(f"backend triton-mma keeps its GEMM operands on the device: {math.ceil(need / 2**20)} MB "
                          f"for nocc={o}, nvir={v}, over max_memory={max_memory:g} MB; the torch backend runs "
@@ -314,7 +317,7 @@ def triples_energy_mma(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, max_memo
     idx, wts = occupied_triples(o, device=t1.device)
     if idx.shape[0] == 0:
         return 0.0
-    X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov)
+    X = InCoreOperands(t1, t2, ovvv, ovoo, ovov, fock_ov, gemm_only=True)
     partial = K.triples_energy_mma_partials(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, wts,
                                             tile=tile)
     return float(partial.sum())

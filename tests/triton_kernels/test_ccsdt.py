@@ -154,6 +154,14 @@ def test_mma_backend_through_the_dispatch(kernel_device):
     with pytest.raises(InputError, match="torch backend runs out of core"):
         triples_energy(*args, backend="triton-mma", max_memory=0.01)
     assert triples_energy(*[a.to(kernel_device) for a in random_inputs(1, 4, seed=1)], backend="triton-mma") == 0.0
+    # it holds only the GEMM operands it reads: room for those, not for the torch path's, is enough
+    from torchhpc.ext.ccsdt.blocks import InCoreOperands
+    from torchhpc.ext.ccsdt.ops import incore_bytes
+
+    gemm, full = incore_bytes(3, 6, gemm_only=True), incore_bytes(3, 6)
+    assert gemm < full and InCoreOperands(*args[:6], gemm_only=True).nbytes() == gemm
+    assert InCoreOperands(*args[:6]).nbytes() == full
+    assert abs(triples_energy(*args, backend="triton-mma", max_memory=(gemm + 1) / 2**20) - ref) < 1e-12 * abs(ref)
 
 
 @pytest.mark.parametrize("block", [1, 3])
