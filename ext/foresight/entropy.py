@@ -106,6 +106,23 @@ def check_device_stage(device: torch.device) -> None:
     nvcomp_module()
 
 
+def batch_chunks(lengths: list[int], chunk: int) -> tuple[list[int], list[int], list[int]]:
+    """The chunks of payloads of ``lengths`` bytes laid end to end: ``(offset, size, payload)`` of each, every
+    payload cut every ``chunk`` bytes from its own start (so each decodes alone).  Offsets keep the
+    payloads' alignment: multiples of 16 where the lengths and ``chunk`` are (nvCOMP asks for at most 16)."""
+    offsets: list[int] = []
+    sizes: list[int] = []
+    owner: list[int] = []
+    start = 0
+    for f, length in enumerate(lengths):
+        for k, n in enumerate(_chunks(length, chunk)):
+            offsets.append(start + k * chunk)
+            sizes.append(n)
+            owner.append(f)
+        start += length
+    return offsets, sizes, owner
+
+
 def device_frames(payloads: list[torch.Tensor]) -> list[list[bytes]]:
     """The nvCOMP stage: each payload (a uint8 tensor on one CUDA device, a multiple of 16 bytes long as
     :class:`.blocks.Layout` makes them) as zstd frames of :data:`DEVICE_CHUNK` bytes, every field's chunks in
@@ -115,16 +132,7 @@ def device_frames(payloads: list[torch.Tensor]) -> list[list[bytes]]:
     device = payloads[0].device
     stream = torch.cuda.current_stream(device).cuda_stream
     flat = torch.cat(payloads) if len(payloads) > 1 else payloads[0]
-    offsets: list[int] = []
-    sizes: list[int] = []
-    owner: list[int] = []
-    start = 0
-    for f, buf in enumerate(payloads):
-        for k, n in enumerate(_chunks(buf.numel(), DEVICE_CHUNK)):
-            offsets.append(start + k * DEVICE_CHUNK)
-            sizes.append(n)
-            owner.append(f)
-        start += buf.numel()
+    offsets, sizes, owner = batch_chunks([buf.numel() for buf in payloads], DEVICE_CHUNK)
     codec = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=device.index,
                          cuda_stream=stream)
     out = codec.encode(nvcomp.as_arrays(flat, offsets, sizes, cuda_stream=stream))
@@ -142,5 +150,5 @@ def device_frames(payloads: list[torch.Tensor]) -> list[list[bytes]]:
     return frames
 
 
-__all__ = ["CHUNK", "DEVICE_CHUNK", "ENTROPY_STAGES", "check_device_stage", "device_frames", "entropy_decode",
+__all__ = ["CHUNK", "DEVICE_CHUNK", "ENTROPY_STAGES", "batch_chunks", "check_device_stage", "device_frames", "entropy_decode",
            "entropy_encode", "nvcomp_module"]

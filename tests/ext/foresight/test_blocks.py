@@ -226,3 +226,20 @@ def test_the_nvcomp_stage_says_what_it_needs(monkeypatch):
     monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)
     with pytest.raises(InputError, match=r"pip install 'torchhpc\[nvcomp\]'"):
         check_device_stage(torch.device("cuda", 0))
+
+
+def test_a_batch_of_payloads_is_cut_into_chunks_each_payload_from_its_own_start():
+    """The nvCOMP batch's chunk table: each payload covered exactly, cut every chunk from its own start (the
+    frames of one field never hold another's bytes), offsets multiples of 16 as the payloads' lengths are."""
+    from torchhpc.ext.foresight.entropy import batch_chunks
+
+    lengths = [16, 48, 1 << 16, (1 << 16) + 32, 3 * (1 << 16) - 16]
+    offsets, sizes, owner = batch_chunks(lengths, 1 << 16)
+    assert owner == [0, 1, 2, 3, 3, 4, 4, 4]
+    assert sizes == [16, 48, 1 << 16, 1 << 16, 32, 1 << 16, 1 << 16, (1 << 16) - 16]
+    starts = np.cumsum([0, *lengths])
+    for f, length in enumerate(lengths):
+        mine = [(o, n) for o, n, w in zip(offsets, sizes, owner, strict=True) if w == f]
+        assert mine[0][0] == starts[f] and sum(n for _, n in mine) == length
+        assert all(a + n == b for (a, n), (b, _) in zip(mine, mine[1:], strict=False))  # end to end
+    assert all(o % 16 == 0 for o in offsets)
