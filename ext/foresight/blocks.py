@@ -112,12 +112,21 @@ class Layout:
         return cls(int(meta["blocks"]), int(meta["words"]), int(meta["wide"]), int(meta["values"]), itemsize)
 
 
-def payload_layout(meta: dict, dtype: torch.dtype) -> Layout:
-    """The :class:`Layout` a header describes; InputError where its sizes are missing or not counts."""
+def payload_layout(meta: dict, dtype: torch.dtype, shape: tuple[int, ...] | None = None) -> Layout:
+    """The :class:`Layout` a header describes; InputError where its sizes are missing or not counts, or (with
+    the field's ``shape``) are not those of such a field: its blocks, at most 32 planes a block, at most one
+    outlier of each kind a value.  Checked before anything the size of the payload is allocated."""
     try:
-        return Layout.of(meta, torch.empty(0, dtype=dtype).element_size())
+        lay = Layout.of(meta, torch.empty(0, dtype=dtype).element_size())
     except (KeyError, TypeError, ValueError, OverflowError):
         raise InputError("corrupt payload: the block codec's sizes are missing from the header") from None
+    if shape is not None:
+        n = math.prod(as_volume(tuple(shape)))
+        if (lay.blocks != _blocks(n) or not 0 <= lay.words <= 32 * lay.blocks or not 0 <= lay.wide <= n
+                or not 0 <= lay.values <= n):
+            raise InputError(f"corrupt payload: {lay.blocks} blocks, {lay.words} planes and {lay.wide + lay.values} "
+                             f"outliers are not those of a {n}-value field")
+    return lay
 
 
 def _on(device: torch.device):
@@ -286,11 +295,11 @@ def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: tor
     if n == 0 or isinstance(eb, bool) or not isinstance(eb, (int, float)) or not (math.isfinite(eb) and eb > 0):
         raise InputError(f"corrupt header: a field of shape {tuple(shape)} with bound {eb!r}")
     eb = float(eb)
-    lay = payload_layout(meta, dtype)
+    lay = payload_layout(meta, dtype, shape)
     predictor = meta.get("predictor", "lorenzo")
     if predictor not in BLOCK_PREDICTORS:
         raise InputError(f"corrupt payload: unknown predictor {predictor!r}")
-    if lay.blocks != _blocks(n) or min(lay.words, lay.wide, lay.values) < 0 or len(payload) != lay.starts[-1]:
+    if len(payload) != lay.starts[-1]:
         raise InputError(f"corrupt payload: {len(payload)} bytes do not hold {lay.blocks} blocks of a {n}-value "
                          f"field with {lay.words} planes and {lay.wide + lay.values} outliers")
     raw = np.frombuffer(payload, dtype=np.uint8)

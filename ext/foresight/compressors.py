@@ -51,6 +51,7 @@ from .entropy import (
     device_frames,
     entropy_decode,
     entropy_encode,
+    payload_sum,
 )
 from .ops import (
     PREDICTORS,
@@ -350,9 +351,11 @@ class OursCompressor(Compressor):
         if p["entropy"] not in ENTROPY_STAGES:
             raise InputError(f"compressor 'ours': entropy must be one of {', '.join(ENTROPY_STAGES)}; "
                              f"got {p['entropy']!r}")
-        if p["entropy"] == "nvcomp" and (p["codec"] == "planes" or p["level"] != "auto"):
-            raise InputError("compressor 'ours': entropy=nvcomp is the block codec's stage on the device "
-                             "(codec blocks or auto; nvCOMP's Zstd has no level)")
+        if p["entropy"] == "nvcomp" and p["codec"] == "planes":
+            raise InputError("compressor 'ours': entropy=nvcomp is the block codec's stage on the device; "
+                             "use codec blocks or auto")
+        if p["entropy"] == "nvcomp" and p["level"] != "auto":
+            raise InputError("compressor 'ours': nvCOMP's Zstd has no level; leave level auto with entropy=nvcomp")
         return p
 
     def _codec(self, p, xs) -> str:
@@ -373,16 +376,19 @@ class OursCompressor(Compressor):
         if p["entropy"] == "nvcomp":
             check_device_stage(xs[0].device)
             packed = blocks_encode_many(xs, ebs, backend=p["backend"], predictor=predictor, on_device=True)
-            frames = device_frames([payload for payload, _ in packed])
-            stage, chunk = "nvcomp-zstd", DEVICE_CHUNK
+            encoded = device_frames([payload for payload, _ in packed])
+            frames = [f for f, _ in encoded]
+            extra = [{"chunk": DEVICE_CHUNK, "sum32": total} for _, total in encoded]
+            stage = "nvcomp-zstd"
         else:
             packed = blocks_encode_many(xs, ebs, backend=p["backend"], predictor=predictor)
             level = 1 if p["level"] == "auto" else p["level"]
             frames = [entropy_encode(payload, level) for payload, _ in packed]
-            stage, chunk = f"zstd{level}", CHUNK
+            extra = [{"chunk": CHUNK}] * len(xs)
+            stage = f"zstd{level}"
         return [(pack_sections(f), {"codec": "blocks", "stages": ["quantize", predictor, "zigzag", "bitpack32", stage],
-                                    "chunk": chunk, **meta})
-                for f, (_, meta) in zip(frames, packed, strict=True)]
+                                    **e, **meta})
+                for f, e, (_, meta) in zip(frames, extra, packed, strict=True)]
 
     def compress_many(self, xs, *, verify=True, **params):
         """The fields' block payloads in one batch per dtype (:func:`.blocks.blocks_encode_many`: two kernel
@@ -414,8 +420,10 @@ class OursCompressor(Compressor):
     def _decode(self, c, device):
         dtype = getattr(torch, c.dtype)
         if c.meta.get("codec") == "blocks":
-            payload = entropy_decode(unpack_sections(c.payload), payload_layout(c.meta, dtype).starts[-1],
-                                     c.meta.get("chunk", CHUNK))
+            size = payload_layout(c.meta, dtype, c.shape).starts[-1]  # checked against the shape first
+            payload = entropy_decode(unpack_sections(c.payload), size, c.meta.get("chunk", CHUNK))
+            if "sum32" in c.meta and payload_sum(payload) != c.meta["sum32"]:  # frames without a checksum
+                raise InputError("corrupt payload: its sum is not the one in the header (a changed byte)")
             return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
         return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)
 

@@ -10,8 +10,9 @@ make the same kind of frames:
 ``nvcomp`` (optional: ``pip install 'torchhpc[nvcomp]'``, a CUDA device)
     nvCOMP's Zstd on the device that holds the payload, frames of :data:`DEVICE_CHUNK` bytes, the RAW
     bitstream (standard zstd frames, no nvCOMP header); the compressed frames cross to the host instead of
-    the payload.  Work on the device: one pass over the payload's bytes (read once, frames written once),
-    the chunks spread over the SMs (a 10 MB payload is ~160 of them).
+    the payload.  Work on the device: the payload's bytes read twice (the frames, and a sum of its int32
+    words), the frames written once, the chunks spread over the SMs (a 10 MB payload is ~160 of them).
+    nvCOMP's frames carry no checksum: the header keeps that sum (``sum32``), checked after decoding.
 
 The header records the frame size (``chunk``) and the stage that ran (the last of ``stages``).  Frames
 decode on the host with zstandard whoever wrote them: a frame that declares its content size is checked
@@ -67,10 +68,12 @@ def entropy_decode(frames: list[bytes], size: int, chunk: int = CHUNK) -> bytes:
 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 < chunk <= MAX_CHUNK:
         raise InputError(f"corrupt header: entropy frames of {chunk!r} bytes")
-    expect = _chunks(size, chunk)
-    if len(frames) != len(expect):
-        raise InputError(f"corrupt payload: {len(frames)} zstd frames where the header says {len(expect)} "
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise InputError(f"corrupt header: a payload of {size!r} bytes")
+    if len(frames) != -(-size // chunk):  # before any list the size of the payload's frame count
+        raise InputError(f"corrupt payload: {len(frames)} zstd frames where the header says {-(-size // chunk)} "
                          f"({size} bytes in frames of {chunk})")
+    expect = _chunks(size, chunk)
     try:
         declared = [zstandard.get_frame_parameters(f).content_size for f in frames]
     except zstandard.ZstdError as exc:
@@ -106,49 +109,53 @@ def check_device_stage(device: torch.device) -> None:
     nvcomp_module()
 
 
-def batch_chunks(lengths: list[int], chunk: int) -> tuple[list[int], list[int], list[int]]:
-    """The chunks of payloads of ``lengths`` bytes laid end to end: ``(offset, size, payload)`` of each, every
-    payload cut every ``chunk`` bytes from its own start (so each decodes alone).  Offsets keep the
-    payloads' alignment: multiples of 16 where the lengths and ``chunk`` are (nvCOMP asks for at most 16)."""
-    offsets: list[int] = []
-    sizes: list[int] = []
-    owner: list[int] = []
-    start = 0
-    for f, length in enumerate(lengths):
-        for k, n in enumerate(_chunks(length, chunk)):
-            offsets.append(start + k * chunk)
-            sizes.append(n)
-            owner.append(f)
-        start += length
-    return offsets, sizes, owner
+def batch_chunks(lengths: list[int], chunk: int) -> list[tuple[int, int, int]]:
+    """``(payload, offset in it, size)`` of every chunk of payloads of ``lengths`` bytes, each payload cut every
+    ``chunk`` bytes from its own start (its frames decode without the others).  Offsets keep the payloads'
+    alignment: multiples of 16 where ``chunk`` is (nvCOMP asks for at most 16)."""
+    return [(f, k * chunk, n) for f, length in enumerate(lengths) for k, n in enumerate(_chunks(length, chunk))]
 
 
-def device_frames(payloads: list[torch.Tensor]) -> list[list[bytes]]:
+def payload_sum(payload: bytes) -> int:
+    """The check the header keeps of a payload whose frames carry none (nvCOMP's): the sum of its little-endian
+    int32 words (its length is a multiple of 16), which any single flipped bit changes."""
+    return int(np.frombuffer(payload, dtype="<i4").sum(dtype=np.int64))
+
+
+def device_frames(payloads: list[torch.Tensor]) -> list[tuple[list[bytes], int]]:
     """The nvCOMP stage: each payload (a uint8 tensor on one CUDA device, a multiple of 16 bytes long as
-    :class:`.blocks.Layout` makes them) as zstd frames of :data:`DEVICE_CHUNK` bytes, every field's chunks in
-    one nvCOMP batch on the current stream.  Host work: one sync (the frames' sizes), one copy of all the
-    frames into pinned memory."""
+    :class:`.blocks.Layout` makes them) as zstd frames of :data:`DEVICE_CHUNK` bytes, with its
+    :func:`payload_sum` (one reduction on the device), every field's chunks in one nvCOMP batch on the
+    device's current stream.  Host work: two waits (the frames' sizes, then one copy of all the frames and
+    sums into pinned memory)."""
     nvcomp = nvcomp_module()
     device = payloads[0].device
-    stream = torch.cuda.current_stream(device).cuda_stream
-    flat = torch.cat(payloads) if len(payloads) > 1 else payloads[0]
-    offsets, sizes, owner = batch_chunks([buf.numel() for buf in payloads], DEVICE_CHUNK)
-    codec = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=device.index,
-                         cuda_stream=stream)
-    out = codec.encode(nvcomp.as_arrays(flat, offsets, sizes, cuda_stream=stream))
-    lengths = list(out.buffer_sizes)  # the sync: the batch is compressed, its sizes read back
-    joined = torch.cat([torch.from_dlpack(out[i]).reshape(-1)[:n] for i, n in enumerate(lengths)])
-    host = torch.empty(joined.numel(), dtype=torch.uint8, pin_memory=True)
-    host.copy_(joined, non_blocking=True)
-    torch.cuda.current_stream(device).synchronize()
+    with torch.cuda.device(device):  # nvCOMP works on the current device
+        stream = torch.cuda.current_stream(device)
+        codec = nvcomp.Codec(algorithm="Zstd", bitstream_kind=nvcomp.BitstreamKind.RAW, device_id=device.index,
+                             cuda_stream=stream.cuda_stream, uncomp_chunk_size=DEVICE_CHUNK)
+        if 16 % codec.get_required_compression_alignment():
+            raise InputError(f"nvCOMP's Zstd asks for {codec.get_required_compression_alignment()}-byte aligned "
+                             "chunks; the block codec's payloads are aligned to 16 bytes")
+        table = batch_chunks([p.numel() for p in payloads], DEVICE_CHUNK)
+        views = [payloads[f][o:o + n] for f, o, n in table]  # no copy: the chunks where they are
+        sums = torch.stack([torch.sum(p.view(torch.int32), dtype=torch.int64) for p in payloads])
+        out = codec.encode(nvcomp.as_arrays(views, cuda_stream=stream.cuda_stream))
+        lengths = list(out.buffer_sizes)  # waits: the batch is compressed, its sizes read back
+        joined = torch.cat([torch.from_dlpack(out[i]).reshape(-1)[:n] for i, n in enumerate(lengths)]
+                           + [sums.view(torch.uint8)])
+        host = torch.empty(joined.numel(), dtype=torch.uint8, pin_memory=True)
+        host.copy_(joined, non_blocking=True)
+        stream.synchronize()
     raw = host.numpy().tobytes()
+    tail = np.frombuffer(raw[len(raw) - 8 * len(payloads):], dtype=np.int64)
     frames: list[list[bytes]] = [[] for _ in payloads]
     pos = 0
-    for f, n in zip(owner, lengths, strict=True):
+    for (f, _, _), n in zip(table, lengths, strict=True):
         frames[f].append(raw[pos:pos + n])
         pos += n
-    return frames
+    return [(fr, int(total)) for fr, total in zip(frames, tail, strict=True)]
 
 
-__all__ = ["CHUNK", "DEVICE_CHUNK", "ENTROPY_STAGES", "batch_chunks", "check_device_stage", "device_frames", "entropy_decode",
-           "entropy_encode", "nvcomp_module"]
+__all__ = ["CHUNK", "DEVICE_CHUNK", "ENTROPY_STAGES", "batch_chunks", "check_device_stage", "device_frames",
+           "entropy_decode", "entropy_encode", "nvcomp_module", "payload_sum"]

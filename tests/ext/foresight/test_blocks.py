@@ -176,8 +176,11 @@ def _reframed(c: Compressed, chunk: int, **zstd) -> Compressed:
     payload = entropy_decode(unpack_sections(base), payload_layout(c.meta, getattr(torch, c.dtype)).starts[-1])
     writer = zstandard.ZstdCompressor(level=1, **zstd)
     frames = [writer.compress(payload[i:i + chunk]) for i in range(0, len(payload), chunk)]
+    from torchhpc.ext.foresight.entropy import payload_sum
+
     return Compressed(c.compressor, c.params, c.shape, c.dtype, pack_sections([pack_sections(frames), idx, vals]),
-                      {**c.meta, "chunk": chunk, "stages": [*c.meta["stages"][:-1], "nvcomp-zstd"]})
+                      {**c.meta, "chunk": chunk, "stages": [*c.meta["stages"][:-1], "nvcomp-zstd"],
+                       "sum32": payload_sum(payload)})
 
 
 def test_frames_as_nvcomp_writes_them_decode_on_the_host():
@@ -205,6 +208,21 @@ def test_frames_as_nvcomp_writes_them_decode_on_the_host():
     short = _reframed(c, DEVICE_CHUNK + 16, write_content_size=False)  # right count, wrong sizes: no content size to check first
     with pytest.raises(InputError, match="corrupt"):
         decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, short.payload, {**short.meta, "chunk": DEVICE_CHUNK}))
+    # frames without a checksum: the header's sum of the payload finds a changed byte
+    with pytest.raises(InputError, match="its sum is not the one in the header"):
+        decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, device_like.payload,
+                              {**device_like.meta, "sum32": device_like.meta["sum32"] ^ (1 << 7)}))
+    from torchhpc.ext.foresight.entropy import entropy_decode
+
+    for frames, size, chunk in (([b""], 0, DEVICE_CHUNK), ([b"x"] * 3, 10**12, 1), ([b"x"], -5, 16)):
+        with pytest.raises(InputError, match="corrupt"):  # at once: no list of 10^12 frame sizes
+            entropy_decode(frames, size, chunk)
+    # sizes that are not those of the field: one error before anything of their size is allocated
+    for bad in ({"words": -16}, {"wide": 10**12}, {"values": -1}, {"blocks": 0, "words": 0, "wide": 0, "values": 0},
+                {"words": 10**15}):
+        with pytest.raises(InputError, match="are not those of a 76800-value field"):
+            decompress(Compressed(c.compressor, c.params, c.shape, c.dtype, device_like.payload,
+                                  {**device_like.meta, **bad}))
 
 
 def test_the_nvcomp_stage_says_what_it_needs(monkeypatch):
@@ -217,29 +235,29 @@ def test_the_nvcomp_stage_says_what_it_needs(monkeypatch):
     x = awkward_field()
     with pytest.raises(InputError, match="CUDA device that holds the field"):
         compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp")
-    with pytest.raises(InputError, match="has no level"):
+    with pytest.raises(InputError, match="has no level; leave level auto"):
         compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp", level=3)
-    with pytest.raises(InputError, match="codec blocks or auto"):
+    with pytest.raises(InputError, match="use codec blocks or auto"):
         compress(x, "ours", mode="abs", bound=0.1, entropy="nvcomp", codec="planes")
     with pytest.raises(InputError, match="entropy must be one of auto, zstd, nvcomp"):
         compress(x, "ours", mode="abs", bound=0.1, entropy="ans")
+    monkeypatch.setitem(sys.modules, "nvidia", None)  # (also where nvCOMP is installed and imported)
     monkeypatch.setitem(sys.modules, "nvidia.nvcomp", None)
     with pytest.raises(InputError, match=r"pip install 'torchhpc\[nvcomp\]'"):
         check_device_stage(torch.device("cuda", 0))
 
 
 def test_a_batch_of_payloads_is_cut_into_chunks_each_payload_from_its_own_start():
-    """The nvCOMP batch's chunk table: each payload covered exactly, cut every chunk from its own start (the
-    frames of one field never hold another's bytes), offsets multiples of 16 as the payloads' lengths are."""
+    """The nvCOMP batch's chunk table: each payload covered exactly, end to end, cut every chunk from its own
+    start (the frames of one field never hold another's bytes); offsets multiples of 16."""
     from torchhpc.ext.foresight.entropy import batch_chunks
 
     lengths = [16, 48, 1 << 16, (1 << 16) + 32, 3 * (1 << 16) - 16]
-    offsets, sizes, owner = batch_chunks(lengths, 1 << 16)
-    assert owner == [0, 1, 2, 3, 3, 4, 4, 4]
-    assert sizes == [16, 48, 1 << 16, 1 << 16, 32, 1 << 16, 1 << 16, (1 << 16) - 16]
-    starts = np.cumsum([0, *lengths])
+    table = batch_chunks(lengths, 1 << 16)
+    assert [f for f, _, _ in table] == [0, 1, 2, 3, 3, 4, 4, 4]
+    assert [n for _, _, n in table] == [16, 48, 1 << 16, 1 << 16, 32, 1 << 16, 1 << 16, (1 << 16) - 16]
     for f, length in enumerate(lengths):
-        mine = [(o, n) for o, n, w in zip(offsets, sizes, owner, strict=True) if w == f]
-        assert mine[0][0] == starts[f] and sum(n for _, n in mine) == length
+        mine = [(o, n) for g, o, n in table if g == f]
+        assert mine[0][0] == 0 and sum(n for _, n in mine) == length
         assert all(a + n == b for (a, n), (b, _) in zip(mine, mine[1:], strict=False))  # end to end
-    assert all(o % 16 == 0 for o in offsets)
+    assert all(o % 16 == 0 for _, o, _ in table)
