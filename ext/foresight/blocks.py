@@ -283,12 +283,14 @@ def _encode_numpy(vol: torch.Tensor, eb: float, predictor: str) -> tuple[bytes, 
     return buf.numpy().tobytes(), _meta(predictor, lay)
 
 
-def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: torch.dtype, eb: float,
+def blocks_decode(payload: bytes | torch.Tensor, meta: dict, shape: tuple[int, ...], dtype: torch.dtype, eb: float,
                   device: torch.device | str = "cpu", backend: str = "auto") -> torch.Tensor:
     """Inverse of :func:`blocks_encode` on ``device``: the ``shape``/``dtype`` tensor within ``eb``.
 
-    The payload is checked on the host before it is used (widths at most 32 and summing to the planes'
-    count, outlier positions inside the field): a corrupt file is an InputError, not a wrong field.
+    ``payload``: its bytes, or a uint8 CPU tensor holding them (pinned, for a CUDA ``device``: it is copied
+    to the device as it is, without staging; the tensor is used, not copied, on the CPU).  The payload is
+    checked on the host before it is used (widths at most 32 and summing to the planes' count, outlier
+    positions inside the field): a corrupt file is an InputError, not a wrong field.
     """
     vol = as_volume(tuple(shape))
     n = int(np.prod(vol))
@@ -302,7 +304,7 @@ def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: tor
     if len(payload) != lay.starts[-1]:
         raise InputError(f"corrupt payload: {len(payload)} bytes do not hold {lay.blocks} blocks of a {n}-value "
                          f"field with {lay.words} planes and {lay.wide + lay.values} outliers")
-    raw = np.frombuffer(payload, dtype=np.uint8)
+    raw = payload.numpy() if isinstance(payload, torch.Tensor) else np.frombuffer(payload, dtype=np.uint8)
     s = lay.starts
     widths = raw[:lay.blocks]
     positions = [raw[s[i]:s[i] + 8 * k].view("<i8") for i, k in ((2, lay.wide), (4, lay.values))]
@@ -315,9 +317,9 @@ def blocks_decode(payload: bytes, meta: dict, shape: tuple[int, ...], dtype: tor
 
 
 def _decode(payload, lay, predictor, vol, n, shape, dtype, eb, device, backend) -> torch.Tensor:
-    buf = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    if device.type != "cpu":
-        buf = buf.to(device)  # the payload crosses once, host to device
+    buf = payload if isinstance(payload, torch.Tensor) else torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    if device.type != "cpu":  # the payload crosses once, host to device (from pinned memory: asynchronously)
+        buf = buf.to(device, non_blocking=buf.is_pinned())
     wbyte, words, ridx, rval, vidx, vval = lay.views(buf, dtype)
     name = resolve_backend(backend, device, choices=("torch", "triton"))
     if name == "triton":

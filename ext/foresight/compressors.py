@@ -421,8 +421,10 @@ class OursCompressor(Compressor):
         dtype = getattr(torch, c.dtype)
         if c.meta.get("codec") == "blocks":
             size = payload_layout(c.meta, dtype, c.shape).starts[-1]  # checked against the shape first
-            payload = entropy_decode(unpack_sections(c.payload), size, c.meta.get("chunk", CHUNK))
-            if "sum32" in c.meta and payload_sum(payload) != c.meta["sum32"]:  # frames without a checksum
+            # decoded into the buffer the device reads: pinned for a GPU, so one copy crosses, asynchronously
+            payload = torch.empty(size, dtype=torch.uint8, pin_memory=torch.device(device).type == "cuda")
+            entropy_decode(unpack_sections(c.payload), size, c.meta.get("chunk", CHUNK), out=payload.numpy())
+            if "sum32" in c.meta and payload_sum(payload.numpy()) != c.meta["sum32"]:  # frames without a checksum
                 raise InputError("corrupt payload: its sum is not the one in the header (a changed byte)")
             return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
         return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)

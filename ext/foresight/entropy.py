@@ -60,10 +60,11 @@ def entropy_encode(payload: bytes, level: int) -> list[bytes]:
     return [out[i].tobytes() for i in range(len(out))]
 
 
-def entropy_decode(frames: list[bytes], size: int, chunk: int = CHUNK) -> bytes:
+def entropy_decode(frames: list[bytes], size: int, chunk: int = CHUNK, out: np.ndarray | None = None) -> bytes | None:
     """Inverse of either stage: the ``size`` bytes of the payload from its frames of ``chunk`` bytes, on the
-    host's cores.  InputError on a wrong count of frames, a declared size that is not the header's, a frame
-    that does not decode to its size, or a corrupt stream."""
+    host's cores; written into ``out`` (a writable uint8 array of ``size``: one copy from zstd's buffers,
+    e.g. into pinned memory) when given, else returned.  InputError on a wrong count of frames, a declared
+    size that is not the header's, a frame that does not decode to its size, or a corrupt stream."""
     import zstandard
 
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 0 < chunk <= MAX_CHUNK:
@@ -82,11 +83,15 @@ def entropy_decode(frames: list[bytes], size: int, chunk: int = CHUNK) -> bytes:
     if wrong:
         raise InputError(f"corrupt payload: a zstd frame of {wrong[0][0]} bytes where the header says {wrong[0][1]}")
     try:
-        out = zstandard.ZstdDecompressor().multi_decompress_to_buffer(
+        parts = zstandard.ZstdDecompressor().multi_decompress_to_buffer(
             frames, decompressed_sizes=np.asarray(expect, dtype=np.uint64).tobytes(), threads=_cores())
     except (zstandard.ZstdError, ValueError) as exc:
         raise InputError(f"corrupt zstd stream ({exc})") from None
-    return b"".join(out[i].tobytes() for i in range(len(out)))
+    if out is None:
+        return b"".join(parts[i].tobytes() for i in range(len(parts)))
+    for i, start in enumerate(range(0, size, chunk)):
+        out[start:start + expect[i]] = np.frombuffer(parts[i], dtype=np.uint8)
+    return None
 
 
 # ----------------------------------------------------------------------------- nvCOMP on the device
@@ -116,7 +121,7 @@ def batch_chunks(lengths: list[int], chunk: int) -> list[tuple[int, int, int]]:
     return [(f, k * chunk, n) for f, length in enumerate(lengths) for k, n in enumerate(_chunks(length, chunk))]
 
 
-def payload_sum(payload: bytes) -> int:
+def payload_sum(payload) -> int:
     """The check the header keeps of a payload whose frames carry none (nvCOMP's): the sum of its little-endian
     int32 words (its length is a multiple of 16), which any single flipped bit changes."""
     return int(np.frombuffer(payload, dtype="<i4").sum(dtype=np.int64))
