@@ -55,7 +55,8 @@ def entropy_encode(payload: bytes, level: int) -> list[bytes]:
     wrong field)."""
     import zstandard
 
-    chunks = [payload[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [b""]
+    view = memoryview(payload)  # the chunks as views: no copy of the payload
+    chunks = [view[i:i + CHUNK] for i in range(0, len(payload), CHUNK)] or [b""]
     out = zstandard.ZstdCompressor(level=level, write_checksum=True).multi_compress_to_buffer(chunks, threads=_cores())
     return [out[i].tobytes() for i in range(len(out))]
 
