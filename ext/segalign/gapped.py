@@ -264,8 +264,8 @@ def _alignment(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: 
     """The alignment of columns ``tpos`` / ``qpos`` (``-1``: a gap), in its records' coordinates."""
     t_first, t_last = int(tpos[tpos >= 0].min()), int(tpos.max())
     q_first, q_last = int(qpos[qpos >= 0].min()), int(qpos.max())
-    tr = int(target.record_of(torch.tensor([t_first]))[0])
-    qr = int(query.record_of(torch.tensor([q_first]))[0])
+    tr = int(np.searchsorted(target.starts.numpy(), t_first, side="right")) - 1  # SequenceSet.record_of, one
+    qr = int(np.searchsorted(query.starts.numpy(), q_first, side="right")) - 1  # position (no tensor made)
     tt = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     qt = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
@@ -325,7 +325,8 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     order = torch.argsort(h.score, descending=True, stable=True).numpy()
     at, aq = hsp_anchors(h, t_codes, q_codes, table)
     at, aq = at[order], aq[order]
-    diag = at - aq
+    diag = (at - aq).tolist()  # Python ints: the commit loop below reads them one at a time
+    at_l, aq_l = at.tolist(), aq.tolist()
     walls = Walls(q_codes.size)
     log: list[tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]] = []  # committed: cells, their box
     results: list[tuple[int, Alignment]] = []
@@ -373,7 +374,7 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     try:
         while True:
             while pos < n and len(pending) <= window:  # the anchors ahead of the commit point
-                if not walls.on(int(at[pos]), int(aq[pos])):
+                if not walls.on(at_l[pos], aq_l[pos]):
                     pending.append([pos, None])
                 pos += 1
             if not pending:
@@ -382,21 +383,22 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
                 starting = []
                 for k, entry in enumerate(pending):
                     i = entry[0]
-                    if entry[1] is None and all(abs(int(diag[i] - diag[e[0]])) > NEAR_DIAGONALS
-                                                for e in itertools.islice(pending, k)):
-                        if not walls.on(int(at[i]), int(aq[i])):
-                            starting.append(entry)
+                    if entry[1] is None:
+                        d = diag[i]
+                        if all(abs(d - diag[e[0]]) > NEAR_DIAGONALS for e in itertools.islice(pending, k)):
+                            if not walls.on(at_l[i], aq_l[i]):
+                                starting.append(entry)
                 tally["speculated"] += len(starting)
                 if batched and starting:  # one launch for all of them
-                    exts = many_ways([int(at[e[0]]) for e in starting], [int(aq[e[0]]) for e in starting])
+                    exts = many_ways([at_l[e[0]] for e in starting], [aq_l[e[0]] for e in starting])
                     for entry, ext in zip(starting, exts, strict=True):
                         entry[1] = Future()
                         entry[1].set_result(ext)
                 else:
                     for entry in starting:
-                        entry[1] = pool.submit(both_ways, int(at[entry[0]]), int(aq[entry[0]]))
+                        entry[1] = pool.submit(both_ways, at_l[entry[0]], aq_l[entry[0]])
             i, fut = pending.popleft()
-            ta, qa = int(at[i]), int(aq[i])
+            ta, qa = at_l[i], aq_l[i]
             if walls.on(ta, qa):  # on an alignment committed since it was picked: LASTZ skips it
                 if fut is not None and not fut.cancel():
                     tally["wasted"] += 1

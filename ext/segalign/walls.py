@@ -61,9 +61,18 @@ class Walls:
         return lo, hi
 
     def on(self, t: int, q: int) -> bool:
-        """Whether cell ``(t, q)`` lies on an alignment found before."""
-        lo, hi = self.intervals(np.array([q]))
-        return bool(((lo >= 0) & (lo <= t) & (t <= hi)).any())
+        """Whether cell ``(t, q)`` lies on an alignment found before (scalar reads: the committing thread asks
+        this of every anchor ahead of it)."""
+        lo = int(self.lo[q, 0])
+        if lo < 0:  # a base's first interval is filled first: none, no others
+            return False
+        if lo <= t <= int(self.hi[q, 0]):
+            return True
+        r = -1 if self.row is None else int(self.row[q])
+        if r < 0:
+            return False
+        k = int(self.ocount[r])
+        return bool(((self.olo[r, :k] <= t) & (t <= self.ohi[r, :k])).any())
 
     @staticmethod
     def cells(tpos: np.ndarray, qpos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
