@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from dataclasses import dataclass
 
@@ -57,29 +58,34 @@ def probe(tmp_path, monkeypatch):
     return tmp_path / "out"
 
 
-def _scratch_entries() -> set[str]:
-    return set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """A TMPDIR of this test's own (not the session's, which tests in other workers write to at the same
+    time): what the launch leaves behind is whatever is in it afterwards."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    return tmp
 
 
 @pytest.mark.distributed
-def test_relaunch_passes_the_resolved_options_and_leaves_nothing_behind(probe):
+def test_relaunch_passes_the_resolved_options_and_leaves_nothing_behind(probe, scratch):
     """Every rank gets the options given in Python (through a temporary YAML file); afterwards neither that
     file nor torchrun's log folders remain in TMPDIR."""
-    before = _scratch_entries()
     assert relaunch(ProbeOptions(out=str(probe)), JOB, 2) == 0
     for rank in (0, 1):
         assert (probe / f"rank{rank}.txt").read_text() == repr({"fail_rank": -1, "out": str(probe)})
-    assert _scratch_entries() == before
+    assert os.listdir(scratch) == []
 
 
 @pytest.mark.distributed
-def test_a_failing_rank_is_one_line(probe):
+def test_a_failing_rank_is_one_line(probe, scratch):
     """Rank 1 fails with a user error, rank 0 then loses its peer: the launcher raises rank 1's own line."""
-    before = _scratch_entries()
     with pytest.raises(JobError) as err:
         relaunch(ProbeOptions(fail_rank=1, out=str(probe)), JOB, 2)
     assert str(err.value) == "the probe's own error"
-    assert _scratch_entries() == before
+    assert os.listdir(scratch) == []
 
 
 def test_nproc_below_one_is_refused():
