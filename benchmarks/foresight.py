@@ -4,6 +4,7 @@
     python benchmarks/foresight.py --size 64 --repeats 2    # quick
     python benchmarks/foresight.py --codec blocks           # our device codec (the default on CUDA) on the CPU
     python benchmarks/foresight.py --device cuda --entropy nvcomp   # its frames by nvCOMP on the GPU
+    python benchmarks/foresight.py --device cuda --stages           # where our block codec's time goes
 
 For each input and each bound e = E * (max - min), E in --bounds, every compressor runs in its
 absolute-error mode with bound e (fpzip: the fewest bits that meet e); the max error of each result
@@ -38,6 +39,31 @@ def inputs(size: int) -> dict[str, dict[str, torch.Tensor]]:
     return out
 
 
+def stage_times(fields: dict[str, torch.Tensor], rel: float, dev: torch.device, repeats: int) -> dict[str, float]:
+    """Seconds (medians, summed over the fields) of each stage of our block codec, interpolation predictor,
+    the library's calls one by one: ``pack`` (quantise, predict, scan and pack on ``dev``, the payload to the
+    host), ``frames`` (the host's zstd frames), ``unframe`` (the frames decoded on the host) and ``unpack``
+    (the payload to ``dev``, unpacked, reconstructed, dequantised)."""
+    from torchhpc.ext.foresight.blocks import blocks_decode, blocks_encode
+    from torchhpc.ext.foresight.entropy import entropy_decode, entropy_encode
+
+    def calls(x: torch.Tensor) -> dict:
+        xd, eb = x.to(dev), rel * float(x.max() - x.min())
+        payload, meta = blocks_encode(xd, eb, predictor="interp")
+        frames = entropy_encode(payload, 1)
+        return {"pack": lambda: blocks_encode(xd, eb, predictor="interp"),
+                "frames": lambda: entropy_encode(payload, 1),
+                "unframe": lambda: entropy_decode(frames, len(payload)),
+                "unpack": lambda: blocks_decode(payload, meta, tuple(x.shape), x.dtype, eb, dev)}
+
+    sync = torch.cuda.synchronize if dev.type == "cuda" else None
+    out = dict.fromkeys(("pack", "frames", "unframe", "unpack"), 0.0)
+    for x in fields.values():
+        for name, t in time_interleaved(calls(x), repeats=repeats, sync=sync).items():
+            out[name] += t.median
+    return out
+
+
 def main(argv=None) -> int:
     ap = benchmark_parser(__doc__, repeats=3)
     ap.add_argument("--size", type=int, default=256, help="side of the synthetic field (default 256)")
@@ -47,6 +73,8 @@ def main(argv=None) -> int:
                     help="our codec (auto: blocks on CUDA, planes on the CPU)")
     ap.add_argument("--entropy", default="auto", choices=["auto", "zstd", "nvcomp"],
                     help="the block codec's zstd frames: on the host (auto, zstd) or by nvCOMP on the GPU")
+    ap.add_argument("--stages", action="store_true",
+                    help="also time our block codec stage by stage on each field (a row per input and bound)")
     args = ap.parse_args(argv)
     dev = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                        else "cpu")
@@ -91,15 +119,20 @@ def main(argv=None) -> int:
                              decompress_speedup_vs_sz3=t_d["sz3"] / t_d["ours"], device=str(dev),
                              codec=packed["ours"].meta["codec"],
                              entropy=packed["ours"].meta.get("stages", ["zstd (planes)"])[-1])
+            if args.stages:
+                row["stages_s"] = stage_times(fields, rel, dev, args.repeats)
             rows.append(row)
             print(f"{iname:8s} E={rel:<7g} ratio " + "  ".join(f"{n} {ratio[n]:7.2f}" for n in COMPRESSORS)
                   + f"  | ours/sz3 {ratio['ours'] / ratio['sz3']:.2f}  | comp MB/s "
                   + "  ".join(f"{n} {mb / t_c[n]:6.1f}" for n in COMPRESSORS)
                   + "  | decomp MB/s " + "  ".join(f"{n} {mb / t_d[n]:6.1f}" for n in COMPRESSORS)
-                  + f"  | bound held {all(ok.values())}", flush=True)
+                  + f"  | bound held {all(ok.values())}"
+                  + ("  | stages s " + "  ".join(f"{k} {v:.4f}" for k, v in row["stages_s"].items())
+                     if args.stages else ""), flush=True)
     path = write_results("foresight", "compressors", rows, out=args.out,
                          params={"size": args.size, "bounds": args.bounds, "repeats": args.repeats,
-                                 "device": str(dev), "codec": args.codec, "entropy": args.entropy})
+                                 "device": str(dev), "codec": args.codec, "entropy": args.entropy,
+                                 "stages": args.stages})
     groups = [r["name"] for r in rows]
     bar_plot(path.with_suffix(".png"), groups, {n: [r["ratio"][n] for r in rows] for n in COMPRESSORS},
              ylabel="compression ratio at equal max error", logy=True, highlight="ours",

@@ -227,7 +227,7 @@ def step_foresight(device: str, work: Path) -> list[dict]:
     import importlib.util
 
     rows = _benchmark_rows("foresight", ["--device", device, "--size", "256", "--repeats", "2",
-                                         "--bounds", "1e-2", "1e-3"], work)
+                                         "--bounds", "1e-2", "1e-3", "--stages"], work)
     if importlib.util.find_spec("nvidia") is None or importlib.util.find_spec("nvidia.nvcomp") is None:
         return [*rows, {"name": "entropy nvcomp", "skipped": "nvCOMP not installed (pip install 'torchhpc[nvcomp]')"}]
     try:  # the host stage's rows stand whatever nvCOMP does on this machine
