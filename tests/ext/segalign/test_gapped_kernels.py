@@ -265,27 +265,42 @@ def test_the_gpu_filter_overlaps_the_gapped_stage_with_the_same_output(monkeypat
     first: the alignments are the one-thread run's, which does not overlap."""
     import inspect
 
+    import torch
+
     from torchhpc.ext.segalign import align
 
     sim = simulate_pair(6000, substitution_rate=0.05, inversions=1, inversion_length=1500, seed=2)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     cfg = AlignConfig(interval=2000, backend="triton")
-    one, two = _on_one_and_two_threads(t, q, cfg)
+    events = []  # the two-thread run's filter calls and hand-offs, in the order the filter made them
+    real_filter, real_find = align.ungapped_hsps, align.find_hsps
+
+    def filtering(*args, **kw):
+        events.append(("filter", inspect.signature(real_filter).bind(*args, **kw).arguments["strand"]))
+        return real_filter(*args, **kw)
+
+    def finding(*args, on_strand=None, **kw):
+        def handing(strand, h):
+            events.append(("handed", strand))
+            on_strand(strand, h)
+        return real_find(*args, on_strand=None if on_strand is None else handing, **kw)
+
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = align_sequences(t, q, cfg)
+        monkeypatch.setattr(align, "ungapped_hsps", filtering)
+        monkeypatch.setattr(align, "find_hsps", finding)
+        torch.set_num_threads(2)
+        two = align_sequences(t, q, cfg)
+    finally:
+        torch.set_num_threads(old)
     assert two.stats["backend"] == "triton" and two.stats.get("overlapped") and not one.stats.get("overlapped")
     assert {a.strand for a in one.alignments} == {"+", "-"}
     assert [(a.strand, a.t_start, a.q_start, a.score, a.t_text) for a in two.alignments] == [
         (a.strand, a.t_start, a.q_start, a.score, a.t_text) for a in one.alignments]
-    events = []
-    real = align.ungapped_hsps
-
-    def filtering(*args, **kw):
-        events.append(("filter", inspect.signature(real).bind(*args, **kw).arguments["strand"]))
-        return real(*args, **kw)
-
-    monkeypatch.setattr(align, "ungapped_hsps", filtering)
-    align.find_hsps(t, q, cfg, on_strand=lambda strand, h: events.append(("handed", strand)))
-    first_minus = events.index(next(e for e in events if e == ("filter", "-")))
-    assert ("handed", "+") in events[:first_minus] and events[-1] == ("handed", "-")
+    first_minus = events.index(("filter", "-"))
+    assert ("handed", "+") in events[:first_minus] and events[-1] == ("handed", "-"), events
 
 
 def test_overlapped_filter_and_gapped_stages_give_the_one_thread_output(monkeypatch):
