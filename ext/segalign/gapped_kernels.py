@@ -9,7 +9,8 @@ traceback.  How it is fast:
 
 * the anti-diagonals live in a few ``int32`` buffers indexed by ``I`` (the target offset) from a
   common base that moves on as the interval does, so a cell reads its three neighbours at fixed
-  offsets and the cell loop has no branch (LLVM turns it into SIMD code);
+  offsets and the cell loop has no branch (LLVM turns it into SIMD code, with the scores in 32-bit lanes:
+  numba widens int32 arithmetic to int64, so each result is narrowed back to int32 in the source);
 * the codes the extension consumes are copied, in its direction, into buffers indexed by ``I``
   and (reversed) ``J`` as the sweep reaches them, so an anti-diagonal reads both forwards; the
   score is picked from the 16 nucleotide scores by a tree of 15 selects on the two codes' bits
@@ -61,31 +62,33 @@ if numba_available():
         ``amb`` where either base is ambiguous; a separator makes the cell a wall.  The loop runs over
         ``n`` rounded up to :data:`_PAD` cells, the ones past ``n`` dead, so that no cell runs in LLVM's
         scalar remainder loop (the arrays have that much room past the anti-diagonal's end)."""
-        NEG = _NEG
-        s0, s1, s2, s3 = sc16[0], sc16[1], sc16[2], sc16[3]
-        s4, s5, s6, s7 = sc16[4], sc16[5], sc16[6], sc16[7]
-        s8, s9, s10, s11 = sc16[8], sc16[9], sc16[10], sc16[11]
-        s12, s13, s14, s15 = sc16[12], sc16[13], sc16[14], sc16[15]
+        i32 = np.int32  # numba widens int32 arithmetic to int64: narrowed back, LLVM keeps 32-bit lanes
+        NEG = i32(_NEG)
+        s0, s1, s2, s3 = i32(sc16[0]), i32(sc16[1]), i32(sc16[2]), i32(sc16[3])
+        s4, s5, s6, s7 = i32(sc16[4]), i32(sc16[5]), i32(sc16[6]), i32(sc16[7])
+        s8, s9, s10, s11 = i32(sc16[8]), i32(sc16[9]), i32(sc16[10]), i32(sc16[11])
+        s12, s13, s14, s15 = i32(sc16[12]), i32(sc16[13]), i32(sc16[14]), i32(sc16[15])
+        amb, oe, ext, cut = i32(amb), i32(oe), i32(ext), i32(cut)
         uk = np.uint64(k0)
         ul = np.uint64(k0 - 1)
         ut = np.uint64(toff)
         ua = np.uint64(a)
         uj = np.uint64(j0)
         top = NEG
-        un = np.uint64(n)
+        n32 = i32(n)
         for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
             up = H1[uk + p]
             left = H1[ul + p]
-            e_open = up - oe
-            e_ext = E1[uk + p] - ext
-            f_open = left - oe
-            f_ext = F1[ul + p] - ext
+            e_open = i32(up - oe)
+            e_ext = i32(E1[uk + p] - ext)
+            f_open = i32(left - oe)
+            f_ext = i32(F1[ul + p] - ext)
             Ev = max(e_open, e_ext)
             Fv = max(f_open, f_ext)
             tc = Tb[ua + p]
             qc = Qr[uj + p]
             # the score of key = 4 * (tc & 3) + (qc & 3): a tree of selects on its four bits
-            q0 = (qc & 1) != 0
+            q0 = i32(qc & 1) != 0
             v01 = s1 if q0 else s0
             v23 = s3 if q0 else s2
             v45 = s5 if q0 else s4
@@ -94,21 +97,22 @@ if numba_available():
             vab = s11 if q0 else s10
             vcd = s13 if q0 else s12
             vef = s15 if q0 else s14
-            q1 = (qc & 2) != 0
+            q1 = i32(qc & 2) != 0
             v03 = v23 if q1 else v01
             v47 = v67 if q1 else v45
             v8b = vab if q1 else v89
             vcf = vef if q1 else vcd
-            t0_ = (tc & 1) != 0
+            t0_ = i32(tc & 1) != 0
             v07 = v47 if t0_ else v03
             v8f = vcf if t0_ else v8b
-            sc = v8f if (tc & 2) != 0 else v07
-            sc = amb if ((tc | qc) & 4) != 0 else sc
-            Hd = H2[ul + p] + sc
+            sc = v8f if i32(tc & 2) != 0 else v07
+            tq = i32(tc | qc)
+            sc = amb if i32(tq & 4) != 0 else sc
+            Hd = i32(H2[ul + p] + sc)
             EF = max(Ev, Fv)
             Hv = max(Hd, EF)
             tb[ut + p] = np.uint8(((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3))
-            bad = (((tc | qc) & 8) != 0) | (p >= un)
+            bad = (i32(tq & 8) != 0) | (i32(p) >= n32)
             Hv = NEG if bad else Hv
             top = max(top, Hv)
             Hn[uk + p] = NEG if Hv < cut else Hv
@@ -119,7 +123,7 @@ if numba_available():
     @njit(nogil=True, cache=True)
     def _clear(X, Y, k0, n):
         """``X`` and ``Y`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in :func:`_cells`."""
-        NEG = _NEG
+        NEG = np.int32(_NEG)
         uk = np.uint64(k0)
         for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
             X[uk + p] = NEG
@@ -129,15 +133,17 @@ if numba_available():
     def _cut(Hn, En, Fn, k0, n, cut, top):
         """Y-drop with a raised cut: cells below ``cut`` are dead (NEG); returns the first cell scoring ``top``
         (over the padded cells too, which are dead already: see :func:`_cells`)."""
-        NEG = _NEG
+        i32 = np.int32  # 32-bit lanes, as in _cells
+        NEG = i32(_NEG)
+        cut, top, n32 = i32(cut), i32(top), i32(n)
         uk = np.uint64(k0)
-        first = np.int64(n)
+        first = n32
         for p in range((n + _PAD - 1) & ~(_PAD - 1)):
             up = np.uint64(p)
             h = Hn[uk + up]
             e = En[uk + up]
             f = Fn[uk + up]
-            first = min(first, p if h == top else np.int64(n))
+            first = min(first, i32(p) if h == top else n32)
             Hn[uk + up] = NEG if h < cut else h
             En[uk + up] = NEG if e < cut else e
             Fn[uk + up] = NEG if f < cut else f

@@ -388,3 +388,26 @@ def test_gapped_by_triton_where_it_cannot_run_is_one_line(tmp_path, monkeypatch,
     line = one_line_from(main, capsys, ["align", str(tmp_path / "t.fa"), str(tmp_path / "q.fa"), "--gapped-by",
                                         "triton", "--output", str(tmp_path / "o.maf")])
     assert "--gapped-by" in line and "triton" in line, line
+
+
+def test_the_cell_loop_computes_in_32_bit_vector_lanes():
+    """The Y-drop cell loop is what the gapped stage spends its time in: compiled (afresh, not from the cache)
+    LLVM vectorises it with the scores in 32-bit lanes.  numba widens int32 arithmetic to int64, which
+    halves the lanes (the loop ran ~1.8x slower that way), so the kernel narrows each result back."""
+    import re
+
+    from numba import njit
+
+    from torchhpc.ext.segalign import gapped_kernels as gk
+
+    cells = njit(nogil=True)(gk._cells.py_func)
+    n = 256
+    bufs = [np.full(n + 2 * gk._PAD, gk._NEG, np.int32) for _ in range(7)]
+    codes = [np.zeros(n + 2 * gk._PAD, np.int32) for _ in range(2)]
+    top = cells(*bufs, np.zeros(n + 2 * gk._PAD, np.uint8), *codes, 1, 0, 0, 0, n, np.arange(16, dtype=np.int64),
+                -100, 430, 30, -9430)
+    assert top == gk._NEG  # every neighbour dead: so is every cell
+    ir = cells.inspect_llvm(cells.signatures[0])
+    vector_ops = re.findall(r"= (sub|add|icmp \w+|select) (?:<\d+ x i1> %[\w.]+, )?<(\d+) x (i\d+)>", ir)
+    assert any(op == "sub" and width == "i32" for op, _, width in vector_ops), "the cell loop is not vectorised"
+    assert not [v for v in vector_ops if v[0] in ("sub", "add") and v[2] == "i64"], "64-bit lanes in the cell loop"
