@@ -43,6 +43,7 @@ if numba_available():
     _NEG = -(1 << 29)
     _SEP = SEPARATOR
     _PAD = 64  # cells of LLVM's vectorised loop step (16 int32 lanes, 4 interleaved) or a multiple of it
+    _NO_WALL = 1 << 30  # the first offset of an empty wall interval (past any I)
 
     # the codes of the sweep: 0-3 a nucleotide (either case), 4 ambiguous (N, IUPAC), 8 a record separator
     _EFF = np.array([0, 1, 2, 3, 0, 1, 2, 3, 4, 4, 8], np.int32)
@@ -54,10 +55,31 @@ if numba_available():
             dst[dst0 + k * step] = eff[src[start + d * (k - 1)]]
 
     @njit(nogil=True, cache=True)
-    def _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
+    def _fill_walls(Wlo, Whi, nJ, wlo, whi, t0, q0, d, lo, hi, use):
+        """The first wall interval of the query base consumed at each offset ``J`` in ``[lo, hi)``, as an
+        interval of target offsets ``I`` at ``Wlo[nJ - J]``, ``Whi[nJ - J]`` (reversed, as the query codes
+        are); an empty one (:data:`_NO_WALL`, -1) where the base has none or ``use`` is false."""
+        for j in range(lo, hi):
+            w0, w1 = -1, -1
+            if use:
+                uq = q0 + d * (j - 1)
+                w0, w1 = wlo[uq, 0], whi[uq, 0]
+            if w0 < 0:
+                Wlo[nJ - j] = _NO_WALL
+                Whi[nJ - j] = -1
+            elif d > 0:  # target base t is consumed at offset I = t - t0 + 1 (forwards), t0 - t + 1 (backwards);
+                Wlo[nJ - j] = max(w0 - t0 + 1, 1)  # I = 0 (no target base consumed) is never a wall
+                Whi[nJ - j] = w1 - t0 + 1
+            else:
+                Wlo[nJ - j] = max(t0 - w1 + 1, 1)
+                Whi[nJ - j] = t0 - w0 + 1
+
+    @njit(nogil=True, cache=True)
+    def _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
         """One anti-diagonal's ``n`` cells ``I = a ..`` (buffer index ``k0 + p``, query codes ``Qr[j0 + p]``,
         traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
-        Y-drop ``cut`` applied.  Branch-free with unsigned indices, so LLVM vectorises it; the score is
+        Y-drop ``cut`` applied.  A cell whose ``I`` lies in its query base's first wall interval
+        ``[Wlo[j0 + p], Whi[j0 + p]]`` (in offsets ``I``, as :func:`_fill_walls` writes them) is a wall.  Branch-free with unsigned indices, so LLVM vectorises it; the score is
         picked from the 16 nucleotide scores by selects (a table lookup would stop the vectorisation),
         ``amb`` where either base is ambiguous; a separator makes the cell a wall.  The loop runs over
         ``n`` rounded up to :data:`_PAD` cells, the ones past ``n`` dead, so that no cell runs in LLVM's
@@ -76,6 +98,7 @@ if numba_available():
         uj = np.uint64(j0)
         top = NEG
         n32 = i32(n)
+        a32 = i32(a)
         for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
             up = H1[uk + p]
             left = H1[ul + p]
@@ -112,7 +135,8 @@ if numba_available():
             EF = max(Ev, Fv)
             Hv = max(Hd, EF)
             tb[ut + p] = np.uint8(((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3))
-            bad = (i32(tq & 8) != 0) | (i32(p) >= n32)
+            I = i32(a32 + i32(p))
+            bad = (i32(tq & 8) != 0) | (i32(p) >= n32) | ((Wlo[uj + p] <= I) & (I <= Whi[uj + p]))
             Hv = NEG if bad else Hv
             top = max(top, Hv)
             Hn[uk + p] = NEG if Hv < cut else Hv
@@ -227,13 +251,19 @@ if numba_available():
         nJ = max(n_q - q0 if d > 0 else q0 + 1, 0)
         # codes consumed by offset I (target: Tb[I]) and J (query, reversed so that an anti-diagonal's
         # cells read it forwards: Qr[nJ - J]), filled as the sweep reaches them; offset 0 (nothing
-        # consumed) is a valid dummy; Wc[J]: the query bases up to J that carry a wall
+        # consumed) is a valid dummy; the first wall interval of the query base at J (Wlo, Whi), in
+        # offsets I and reversed as Qr (empty at J = 0 and past the end); Wo[J]: the query bases up to J
+        # that carry further walls in an overflow row
         Tb = np.empty(nI + 1 + _PAD, np.int32)
         Qr = np.empty(nJ + 1 + _PAD, np.int32)
-        Wc = np.empty(nJ + 1, np.int32)
+        Wlo = np.empty(nJ + 1 + _PAD, np.int32)
+        Whi = np.empty(nJ + 1 + _PAD, np.int32)
+        Wo = np.empty(nJ + 1, np.int32)
         Tb[0] = 0
         Qr[nJ] = 0
-        Wc[0] = 0
+        Wlo[nJ:] = _NO_WALL
+        Whi[nJ:] = -1
+        Wo[0] = 0
         t_fill = 1
         q_fill = 1
         # anti-diagonal buffers indexed by I - base: H of D-1, D-2 and the one being computed; E, F of
@@ -335,9 +365,10 @@ if numba_available():
             if D - a >= q_fill:
                 hi = min(nJ + 1, max(D - a + 1, 2 * q_fill + 256))
                 _fill(Qr, nJ, -1, q, q0, d, q_fill, hi, eff)
-                if use_cover:
+                _fill_walls(Wlo, Whi, nJ, wlo, whi, t0, q0, d, q_fill, hi, use_cover)
+                if use_rows:
                     for j in range(q_fill, hi):
-                        Wc[j] = Wc[j - 1] + (wlo[q0 + d * (j - 1), 0] >= 0)
+                        Wo[j] = Wo[j - 1] + (wrow[q0 + d * (j - 1)] >= 0)
                 q_fill = hi
             if used + (b - a + 1) + _PAD > tcap:
                 ncap = tcap * 2
@@ -357,26 +388,24 @@ if numba_available():
             n = b - a + 1
             k0 = a - base
             cut0 = a_best - ydrop
-            top = _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, k0, used, a, nJ - D + a, n, sc16, amb, oe, ext, cut0)
-            # walls of alignments found before, on the cells whose query base carries one
-            if use_cover:
+            # the walls of alignments found before: each query base's first interval in the cell loop
+            top = _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, Wlo, Whi, k0, used, a, nJ - D + a, n, sc16, amb, oe,
+                         ext, cut0)
+            # the further intervals of query bases that carry several (a repeat stacking alignments on them)
+            if use_rows:
                 ja = max(D - b, 1)
                 jb = D - a
-                if ja <= jb and Wc[jb] - Wc[ja - 1] > 0:
+                if ja <= jb and Wo[jb] - Wo[ja - 1] > 0:
                     hit = False
                     for I in range(max(a, 1), D - ja + 1):
                         J = D - I
-                        if Wc[J] == Wc[J - 1]:
+                        if Wo[J] == Wo[J - 1]:
                             continue
                         ut = t0 + d * (I - 1)
-                        uq = q0 + d * (J - 1)
-                        on = _on_wall(wlo, whi, uq, ut)
-                        if not on and use_rows:
-                            r = wrow[uq]
-                            # the base's further intervals, in its overflow row (a row added after this
-                            # extension took the table, by a commit running beside it, is not in it)
-                            if r >= 0 and r < olo.shape[0] and r < ohi.shape[0]:
-                                on = _on_wall(olo, ohi, r, ut)
+                        r = wrow[q0 + d * (J - 1)]
+                        # (a row added after this extension took the table, by a commit running beside
+                        # it, is not in it)
+                        on = r >= 0 and r < olo.shape[0] and r < ohi.shape[0] and _on_wall(olo, ohi, r, ut)
                         if on:
                             Hn[I - base] = NEG
                             En[I - base] = NEG
