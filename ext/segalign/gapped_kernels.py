@@ -145,13 +145,19 @@ if numba_available():
         return top
 
     @njit(nogil=True, cache=True)
-    def _clear(X, Y, k0, n):
-        """``X`` and ``Y`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in :func:`_cells`."""
+    def _clear(X, Y, k0, n, k1, m):
+        """``X`` and ``Y`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in :func:`_cells`, except
+        the ``m`` cells from ``k1`` on (rounded up alike), which :func:`_cells` is about to write."""
         NEG = np.int32(_NEG)
-        uk = np.uint64(k0)
-        for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
-            X[uk + p] = NEG
-            Y[uk + p] = NEG
+        end = k0 + ((n + _PAD - 1) & ~(_PAD - 1))
+        keep0 = k1 if m > 0 else end
+        keep1 = k1 + ((m + _PAD - 1) & ~(_PAD - 1)) if m > 0 else end
+        for i in range(k0, min(end, keep0)):
+            X[i] = NEG
+            Y[i] = NEG
+        for i in range(max(keep1, k0), end):
+            X[i] = NEG
+            Y[i] = NEG
 
     @njit(nogil=True, cache=True)
     def _cut(Hn, En, Fn, k0, n, cut, top):
@@ -315,11 +321,13 @@ if numba_available():
                 offs, los, dcap = offs2, los2, dcap * 2
             offs[D] = used
             los[D] = a
-            # the scratch buffers: Hn held D-3, En / Fn held D-2: back to NEG
+            # the scratch buffers: Hn held D-3, En / Fn held D-2: back to NEG where this anti-diagonal's
+            # cells (all of them written) do not overwrite them
+            new0, new_n = (a - base, b + 1 - a) if a <= b else (0, 0)
             if c3a <= c3b:
-                _clear(Hn, Hn, c3a - base, c3b + 1 - c3a)
+                _clear(Hn, Hn, c3a - base, c3b + 1 - c3a, new0, new_n)
             if c2a <= c2b:
-                _clear(En, Fn, c2a - base, c2b + 1 - c2a)
+                _clear(En, Fn, c2a - base, c2b + 1 - c2a, new0, new_n)
             if a > b:  # nothing to compute (a sequence end): a dead anti-diagonal
                 H2, H1, Hn = H1, Hn, H2
                 E1, En = En, E1
