@@ -17,8 +17,10 @@ traceback.  How it is fast:
   (a table lookup would keep LLVM from vectorising; a chain of 15 compares costs a fifth more of
   the stage), lowercase scoring as uppercase and N / IUPAC codes alike, as
   :meth:`.scoring.Scoring.table` makes them;
-* walls of alignments found before are looked up only on anti-diagonals whose query bases carry
-  one (a running count of such bases along the extension tells in O(1));
+* the walls of alignments found before: each query base's first wall interval is copied beside its
+  code, as target offsets ``I``, and the cell loop compares each cell's ``I`` with it (two loads, two
+  compares); the further intervals of bases stacked with several alignments (overflow rows) are looked
+  up cell by cell, only on anti-diagonals whose query bases have one (a running count tells in O(1));
 * traceback bits are stored for the computed interval of each anti-diagonal only, in one byte
   array (its start per anti-diagonal) that each thread reuses from one extension to the next.
 
@@ -78,8 +80,9 @@ if numba_available():
     def _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
         """One anti-diagonal's ``n`` cells ``I = a ..`` (buffer index ``k0 + p``, query codes ``Qr[j0 + p]``,
         traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
-        Y-drop ``cut`` applied.  A cell whose ``I`` lies in its query base's first wall interval
-        ``[Wlo[j0 + p], Whi[j0 + p]]`` (in offsets ``I``, as :func:`_fill_walls` writes them) is a wall.  Branch-free with unsigned indices, so LLVM vectorises it; the score is
+        Y-drop ``cut`` applied; a cell whose ``I`` lies in its query base's first wall interval
+        ``[Wlo[j0 + p], Whi[j0 + p]]`` (as :func:`_fill_walls` writes them) is a wall.  Branch-free with
+        unsigned indices, so LLVM vectorises it; the score is
         picked from the 16 nucleotide scores by selects (a table lookup would stop the vectorisation),
         ``amb`` where either base is ambiguous; a separator makes the cell a wall.  The loop runs over
         ``n`` rounded up to :data:`_PAD` cells, the ones past ``n`` dead, so that no cell runs in LLVM's
