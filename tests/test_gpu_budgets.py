@@ -76,6 +76,24 @@ def test_foresight_block_codec_batch():
         assert kept.syncs == 1 and [t.numpy().tobytes() for t, _ in on_device] == [p for p, _ in encoded]
 
 
+def test_foresight_sweep_bounds_share_one_batch():
+    """A sweep's fields at several bounds of one mode (``compress_many`` with ``bounds``, what the sweep
+    does for ours' settings that differ only in their bound) cost the host what one bound costs: the
+    fields' ranges read once, one block batch."""
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    fields = [torch.randn(6, 5, 9 - i, generator=torch.Generator().manual_seed(i)).cumsum(0) for i in range(3)]
+    seen = []
+    for levels in ([1e-2], [1e-3, 1e-2, 1e-1, 0.3]):
+        with count_host_work() as work:
+            out = OursCompressor().compress_many(fields * len(levels), bounds=[b for b in levels for _ in fields],
+                                                 mode="rel", codec="blocks", backend="triton", predictor="lorenzo")
+        assert len(out) == len(fields) * len(levels)
+        seen.append((work.syncs, work.launches, work.summary()))
+    assert seen[0][:2] == seen[1][:2], seen
+    assert seen[1][0] == 3  # the ranges, the payloads' size, the payloads
+
+
 def test_segalign_filter_per_strand(tmp_path):
     """The Triton filter on both strands of a 4 kbp pair: within segalign's budget per strand."""
     from torchhpc.ext.segalign.align import find_hsps

@@ -188,10 +188,26 @@ class Compressor:
                                      zstd_compress(vals.tobytes())])
         return self._finish(c, x, payload, time.perf_counter() - t0, patched)
 
-    def compress_many(self, xs: list[torch.Tensor], *, verify: bool = True, **params: Any) -> list[Compressed]:
+    def compress_many(self, xs: list[torch.Tensor], *, verify: bool = True, bounds: list[float] | None = None,
+                      **params: Any) -> list[Compressed]:
         """Each of ``xs`` compressed with the same ``params`` (a sweep's fields at one setting): what
-        :meth:`compress` gives for each; a compressor that can batch (ours on CUDA) does them in one pass."""
-        return [self.compress(x, verify=verify, **params) for x in xs]
+        :meth:`compress` gives for each; a compressor that can batch (ours on CUDA) does them in one pass.
+
+        ``bounds``: one ``bound`` per field in place of ``params["bound"]`` (a sweep's fields at several
+        bounds of one mode, batched together); each result is what :meth:`compress` gives at its bound."""
+        return [self.compress(x, verify=verify, **p) for x, p in zip(xs, self._per_field(xs, bounds, params),
+                                                                      strict=True)]
+
+    def _per_field(self, xs: list[torch.Tensor], bounds: list[float] | None, params: dict[str, Any]
+                   ) -> list[dict[str, Any]]:
+        """Each field's ``params``: ``params`` itself, or with its own ``bound`` from ``bounds``."""
+        if bounds is None:
+            return [params] * len(xs)
+        if not self.modes:
+            raise InputError(f"compressor '{self.name}' takes no error bound, so no bounds per field")
+        if len(bounds) != len(xs):
+            raise InputError(f"give one bound per field: {len(xs)} fields, {len(bounds)} bounds")
+        return [{**params, "bound": b} for b in bounds]
 
     def _input(self, x: torch.Tensor) -> torch.Tensor:
         """``x`` as a contiguous float32/float64 tensor; InputError for another dtype or an empty one."""
@@ -240,25 +256,31 @@ class Compressor:
         return Compressor.absolute_bounds([x], p)[0]
 
     @staticmethod
-    def absolute_bounds(xs: list[torch.Tensor], p: dict[str, Any]) -> list[float]:
-        """:meth:`absolute_bound` of each of ``xs``, their ranges read by the host at once (one sync)."""
+    def absolute_bounds(xs: list[torch.Tensor], p: dict[str, Any], bounds: list[float] | None = None) -> list[float]:
+        """:meth:`absolute_bound` of each of ``xs``, their ranges read by the host at once (one sync);
+        ``bounds``: each field's own ``bound`` in place of ``p["bound"]``."""
+        bounds = [p["bound"]] * len(xs) if bounds is None else bounds
         if p["mode"] == "abs":
-            return [p["bound"]] * len(xs)
-        stats = []
-        for x in xs:  # over the finite values: max - min in x's dtype, max |x|, how many
+            return list(bounds)
+        stats, seen = [], {}
+        for x in xs:  # over the finite values: max - min in x's dtype, max |x|, how many (once per tensor)
+            if id(x) in seen:
+                continue
+            seen[id(x)] = len(seen)
             fin = torch.isfinite(x)
             top = x.masked_fill(~fin, -math.inf).amax()
             low = x.masked_fill(~fin, math.inf).amin()
             stats.append(torch.stack([top.double() - low.double(), x.abs().masked_fill(~fin, 0.0).amax().double(),
                                       fin.sum().double()]))
         out = []
-        for rng, big, count in torch.stack(stats).tolist():
+        ranges = torch.stack(stats).tolist()
+        for (rng, big, count), bound in zip((ranges[seen[id(x)]] for x in xs), bounds, strict=True):
             if not count:
                 rng = 0.0
             rng = min(rng, sys.float_info.max)  # a float64 field from -1.7e308 to 1.7e308: its range overflows
             if rng == 0.0:  # a constant field: any positive bound is exact
                 rng = max(big if count else 1.0, 1.0)
-            out.append(p["bound"] * rng)
+            out.append(bound * rng)
         return out
 
     def elementwise_bound(self, x: torch.Tensor, p: dict[str, Any]) -> torch.Tensor | float:
@@ -390,17 +412,19 @@ class OursCompressor(Compressor):
                                     **e, **meta})
                 for f, e, (_, meta) in zip(frames, extra, packed, strict=True)]
 
-    def compress_many(self, xs, *, verify=True, **params):
+    def compress_many(self, xs, *, verify=True, bounds=None, **params):
         """The fields' block payloads in one batch per dtype (:func:`.blocks.blocks_encode_many`: two kernel
         launches and one host sync for all of them; with ``entropy=nvcomp`` one nvCOMP batch too) where the
-        codec is ``blocks`` and the mode ``abs`` or ``rel``; field by field otherwise.  Each field gets the
-        payload it gets alone; its ``compress_s`` is the batch's time shared by bytes."""
-        p = self.check_params(params)
+        codec is ``blocks`` and the mode ``abs`` or ``rel``; field by field otherwise.  ``bounds`` (one per
+        field) puts several bounds of a sweep in the same batch.  Each field gets the payload it gets alone;
+        its ``compress_s`` is the batch's time shared by bytes."""
+        each = [self.check_params(q) for q in self._per_field(xs, bounds, params)]
+        p = each[0] if each else self.check_params(params)
         xs = [self._input(x) for x in xs]
         if len(xs) < 2 or self._codec(p, xs) != "blocks" or p["mode"] == "pw_rel" or len({x.device for x in xs}) > 1:
-            return super().compress_many(xs, verify=verify, **params)
+            return super().compress_many(xs, verify=verify, bounds=bounds, **params)
         t0 = time.perf_counter()
-        ebs = self.absolute_bounds(xs, p)
+        ebs = self.absolute_bounds(xs, p, [q["bound"] for q in each])
         encoded: dict[int, tuple[bytes, dict]] = {}
         for dtype in {x.dtype for x in xs}:
             group = [i for i, x in enumerate(xs) if x.dtype == dtype]
@@ -410,7 +434,7 @@ class OursCompressor(Compressor):
         for i, x in enumerate(xs):
             body, meta = encoded[i]
             sections = [body, zstd_compress(b""), zstd_compress(b"")]
-            out.append((Compressed(self.name, p, tuple(x.shape), str(x.dtype).replace("torch.", ""), b"",
+            out.append((Compressed(self.name, each[i], tuple(x.shape), str(x.dtype).replace("torch.", ""), b"",
                                    {**meta, "eb": ebs[i]}), pack_sections(sections)))
         seconds = time.perf_counter() - t0
         total = sum(x.numel() * x.element_size() for x in xs)

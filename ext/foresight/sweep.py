@@ -22,7 +22,7 @@ from torchhpc.ext.core.distributed import DistContext
 from torchhpc.ext.core.errors import InputError
 
 from . import analyses as an
-from .compressors import get_compressor
+from .compressors import Compressed, get_compressor
 from .config import SweepConfig
 from .data import genericio_header, load_fields, synthetic_fields
 from .metrics import error_histogram, field_metrics
@@ -125,22 +125,71 @@ def _mbps(nbytes: int, seconds: float) -> float:
     return nbytes / 1e6 / seconds if seconds > 0 else math.inf
 
 
-def run_setting(cfg: SweepConfig, s: Setting, fields: dict[str, torch.Tensor], box: float | None,
-                ref: dict[str, Any], cdb: Path, device: torch.device) -> list[dict[str, Any]]:
-    """Compress every field with setting ``s``; its rows (one per field) with metrics, analyses, plots."""
-    from . import plots
-
-    comp = get_compressor(s.compressor)
+def _call_params(s: Setting) -> dict[str, Any]:
     params = dict(s.params)
     if s.compressor == "ours":
         params.setdefault("backend", "auto")
+    return params
+
+
+def batch_groups(settings: list[Setting]) -> list[list[Setting]]:
+    """``settings`` in groups compressed in one call: ours' settings that differ only in their bound
+    (one batch on CUDA: every field at every bound of the group); every other setting alone.  The
+    groups keep the settings' order."""
+    groups: list[list[Setting]] = []
+    by_key: dict[str, list[Setting]] = {}
+    for s in settings:
+        if s.compressor == "ours" and "bound" in s.params:
+            key = repr(sorted((k, repr(v)) for k, v in s.params.items() if k != "bound"))
+            if key in by_key:
+                by_key[key].append(s)
+                continue
+            by_key[key] = [s]
+            groups.append(by_key[key])
+        else:
+            groups.append([s])
+    return groups
+
+
+def compress_group(group: list[Setting], fields: dict[str, torch.Tensor], device: torch.device
+                   ) -> list[tuple[list[torch.Tensor], list[Compressed]]] | None:
+    """Every field at every setting of ``group`` (see :func:`batch_groups`) in one call: per setting, the
+    fields as compressed and their results.  ``None`` where the group is one setting or the call fails
+    (each setting then runs alone, so that a failure is recorded against its own setting)."""
+    if len(group) < 2:
+        return None
+    comp = get_compressor("ours")
+    xds = [x.to(device) for x in fields.values()]
+    bounds = [s.params["bound"] for s in group for _ in xds]
+    try:
+        packed = comp.compress_many(xds * len(group), bounds=bounds, **_call_params(group[0]))
+    except Exception:  # noqa: BLE001 - each setting alone then records its own error
+        return None
+    n = len(xds)
+    return [(xds, packed[i * n:(i + 1) * n]) for i in range(len(group))]
+
+
+def run_setting(cfg: SweepConfig, s: Setting, fields: dict[str, torch.Tensor], box: float | None,
+                ref: dict[str, Any], cdb: Path, device: torch.device,
+                done: tuple[list[torch.Tensor], list[Compressed]] | None = None) -> list[dict[str, Any]]:
+    """Compress every field with setting ``s``; its rows (one per field) with metrics, analyses, plots.
+
+    ``done``: the fields already compressed with ``s`` (:func:`compress_group`), as ``(fields on the
+    device, results)``."""
+    from . import plots
+
+    comp = get_compressor(s.compressor)
+    params = _call_params(s)
     rows: dict[str, dict[str, Any]] = {}
     dec: dict[str, torch.Tensor] = {}
     try:
         # the setting's fields in one call: ours on CUDA compresses them as one batch (each field's time is
         # then the batch's, shared by bytes)
-        xds = [x.to(device) if s.compressor == "ours" else x for x in fields.values()]
-        packed = comp.compress_many(xds, **params)
+        if done is not None:
+            xds, packed = done
+        else:
+            xds = [x.to(device) if s.compressor == "ours" else x for x in fields.values()]
+            packed = comp.compress_many(xds, **params)
         for (name, x), xd, c in zip(fields.items(), xds, packed, strict=True):
             tc = c.stats["compress_s"]
             t0 = time.perf_counter()
@@ -266,8 +315,13 @@ def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None) -> dict[str
     mine = settings[rank::world]
     rows: list[dict[str, Any]] = []
     t0 = time.time()
+    done: dict[int, tuple[list[torch.Tensor], list[Compressed]]] = {}
+    first_of = {g[0].index: g for g in batch_groups(mine)}
     for s in run.progress(mine, desc="foresight sweep", unit="setting"):
-        rows.extend(run_setting(cfg, s, fields, box, ref, cdb, device))
+        if s.index in first_of:  # a group's first setting: compress the whole group (its other settings wait)
+            got = compress_group(first_of[s.index], fields, device)
+            done.update(zip((g.index for g in first_of[s.index]), got or (), strict=False))
+        rows.extend(run_setting(cfg, s, fields, box, ref, cdb, device, done.pop(s.index, None)))
     if world > 1:
         rows = [r for part in ctx.gather(rows) for r in part]
     rank_of = {s.row_name(f): (s.index, i) for s in settings for i, f in enumerate(fields)}
@@ -287,5 +341,5 @@ def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None) -> dict[str
     return summary
 
 
-__all__ = ["Setting", "best_settings", "load_input", "original_analyses", "run_setting", "run_sweep",
-           "sweep_settings"]
+__all__ = ["Setting", "batch_groups", "best_settings", "compress_group", "load_input", "original_analyses",
+           "run_setting", "run_sweep", "sweep_settings"]

@@ -138,6 +138,27 @@ def test_compress_many_gives_each_field_what_compress_gives(mode, bound, predict
         assert bool((err <= tolerance(x.nan_to_num(0.0), mode, bound)).all())
 
 
+@pytest.mark.parametrize("mode,codec,backend", [("rel", "blocks", "triton"), ("abs", "blocks", "torch"),
+                                                ("rel", "planes", "auto"), ("pw_rel", "blocks", "auto")])
+def test_compress_many_with_a_bound_per_field_gives_each_what_compress_gives(mode, codec, backend):
+    """A sweep's fields at three bounds in one call (``bounds``, one per field): each Compressed is the one
+    compress makes for that field at its bound alone (payload, params, meta)."""
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    fields = [awkward_field(torch.float32), awkward_field(torch.float32)[2], torch.full((4, 3), 2.5)]
+    levels = [1e-3, 1e-2, 0.05]
+    xs = fields * len(levels)
+    bounds = [b for b in levels for _ in fields]
+    params = {"mode": mode, "codec": codec, "predictor": "auto", "backend": backend}
+    many = OursCompressor().compress_many(xs, bounds=bounds, **params)
+    for x, b, c in zip(xs, bounds, many, strict=True):
+        alone = compress(x, "ours", **{**params, "bound": b})
+        assert c.payload == alone.payload and c.meta == alone.meta and c.params == alone.params
+        assert c.params["bound"] == b
+    with pytest.raises(InputError, match="one bound per field"):
+        OursCompressor().compress_many(xs, bounds=bounds[:-1], **params)
+
+
 def test_a_corrupt_block_file_is_one_error_never_a_crash_or_a_wrong_field():
     """No frames, a flipped bit (the frames' checksums), a frame claiming 2^40 bytes, an infinite size in the
     header: an InputError each.  A float32 field whose range overflows float32 compresses in rel mode."""

@@ -152,3 +152,40 @@ def test_demo_step_checks_itself(tmp_path):
     out = demo(ForesightTour(size=12, bounds=[1e-2]), run, torch.device("cpu"), seed=0)
     assert out["ok"] and out["rows"] == 4 and out["failed"] == 0
     assert [b["compressor"] for b in out["best"]] == ["ours", "sz3", "zfp", "fpzip"]
+
+
+def test_ours_bounds_are_compressed_in_one_call_with_what_each_gets_alone(tmp_path, monkeypatch):
+    """Ours' settings that differ only in their bound are one group: one compress_many call takes every
+    field at every bound, and each row holds what that field at that bound gets alone (ratio, error);
+    other compressors' settings stay one per call, in config order."""
+    from torchhpc.ext.foresight.sweep import batch_groups, load_input
+
+    text = TINY.replace("params: {mode: rel, bound: [1.0e-3, 1.0e-2]}",
+                        "params: {mode: rel, bound: [1.0e-3, 1.0e-2, 0.05], predictor: [lorenzo, auto]}")
+    cfg = load_config(SweepConfig, write(tmp_path, text), [f"run.root={tmp_path}"])
+    settings = sweep_settings(cfg)
+    groups = batch_groups(settings)
+    assert [[s.index for s in g] for g in groups] == [[0, 2, 4], [1, 3, 5], [6], [7], [8], [9]]
+    calls = []
+    real = compressors.OursCompressor.compress_many
+
+    def spy(self, xs, **kw):
+        calls.append((len(xs), kw.get("bounds")))
+        return real(self, xs, **kw)
+
+    monkeypatch.setattr(compressors.OursCompressor, "compress_many", spy)
+    run = Run("foresight", cfg, root=tmp_path, progress=False)
+    summary = run_sweep(cfg, run)
+    assert summary["failed"] == 0
+    fields, _ = load_input(cfg)
+    n = len(fields)
+    assert calls == [(3 * n, [b for b in (1e-3, 1e-2, 0.05) for _ in range(n)])] * 2
+    _, rows = read_cinema(summary["cinema"])
+    ours = [r for r in rows if r["compressor"] == "ours"]
+    assert len(ours) == 6 * len(fields)
+    for r in ours:
+        x = fields[r["field"]]
+        alone = compressors.compress(x, "ours", mode="rel", bound=float(r["bound"]),
+                                     predictor="lorenzo" if "lorenzo" in r["params"] else "auto")
+        assert float(r["Compression Ratio"]) == pytest.approx(alone.stats["ratio"], rel=1e-5)  # as the CSV rounds
+        assert float(r["absolute_error"]) <= float(r["bound"]) * float(r["minmax"]) * (1 + 1e-9)
