@@ -7,10 +7,12 @@ Y-drop alone bounds it), the same Gotoh recurrences with LASTZ's Y-drop, the sam
 separators, sequence ends, the cells of alignments already found) and the same tie-breaks in the
 traceback.  How it is fast:
 
-* the anti-diagonals live in a few ``int32`` buffers indexed by ``I`` (the target offset) from a
-  common base that moves on as the interval does, so a cell reads its three neighbours at fixed
-  offsets and the cell loop has no branch (LLVM turns it into SIMD code, with the scores in 32-bit lanes:
-  numba widens int32 arithmetic to int64, so each result is narrowed back to int32 in the source);
+* the anti-diagonals live in the rows of one ``int32`` array, indexed by ``I`` (the target offset)
+  from a common base that moves on as the interval does, so a cell reads its three neighbours at
+  fixed offsets and the cell loop has no branch (LLVM turns it into SIMD code, with the scores in
+  32-bit lanes: numba widens int32 arithmetic to int64, so each result is narrowed back to int32 in
+  the source); the rows rotate by index from one anti-diagonal to the next (rotating array variables
+  costs numba a reference count update at every step);
 * the codes the extension consumes are copied, in its direction, into buffers indexed by ``I``
   and (reversed) ``J`` as the sweep reaches them, so an anti-diagonal reads both forwards; the
   score is picked from the 16 nucleotide scores by a tree of 15 selects on the two codes' bits
@@ -77,9 +79,9 @@ if numba_available():
                 Whi[nJ - j] = t0 - w0 + 1
 
     @njit(nogil=True, cache=True)
-    def _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
-        """One anti-diagonal's ``n`` cells ``I = a ..`` (buffer index ``k0 + p``, query codes ``Qr[j0 + p]``,
-        traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
+    def _cells(S, h1, e1, f1, h2, hn, en, fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
+        """One anti-diagonal's ``n`` cells ``I = a ..`` (index ``k0 + p`` of the rows ``h1 .. fn`` of ``S``,
+        query codes ``Qr[j0 + p]``, traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
         Y-drop ``cut`` applied; a cell whose ``I`` lies in its query base's first wall interval
         ``[Wlo[j0 + p], Whi[j0 + p]]`` (as :func:`_fill_walls` writes them) is a wall.  Branch-free with
         unsigned indices, so LLVM vectorises it; the score is
@@ -95,6 +97,8 @@ if numba_available():
         s12, s13, s14, s15 = i32(sc16[12]), i32(sc16[13]), i32(sc16[14]), i32(sc16[15])
         amb, oe, ext, cut = i32(amb), i32(oe), i32(ext), i32(cut)
         uk = np.uint64(k0)
+        rh1, re1, rf1, rh2 = np.uint64(h1), np.uint64(e1), np.uint64(f1), np.uint64(h2)
+        rhn, ren, rfn = np.uint64(hn), np.uint64(en), np.uint64(fn)
         ul = np.uint64(k0 - 1)
         ut = np.uint64(toff)
         ua = np.uint64(a)
@@ -103,12 +107,12 @@ if numba_available():
         n32 = i32(n)
         a32 = i32(a)
         for p in range(np.uint64((n + _PAD - 1) & ~(_PAD - 1))):
-            up = H1[uk + p]
-            left = H1[ul + p]
+            up = S[rh1, uk + p]
+            left = S[rh1, ul + p]
             e_open = i32(up - oe)
-            e_ext = i32(E1[uk + p] - ext)
+            e_ext = i32(S[re1, uk + p] - ext)
             f_open = i32(left - oe)
-            f_ext = i32(F1[ul + p] - ext)
+            f_ext = i32(S[rf1, ul + p] - ext)
             Ev = max(e_open, e_ext)
             Fv = max(f_open, f_ext)
             tc = Tb[ua + p]
@@ -134,7 +138,7 @@ if numba_available():
             sc = v8f if i32(tc & 2) != 0 else v07
             tq = i32(tc | qc)
             sc = amb if i32(tq & 4) != 0 else sc
-            Hd = i32(H2[ul + p] + sc)
+            Hd = i32(S[rh2, ul + p] + sc)
             EF = max(Ev, Fv)
             Hv = max(Hd, EF)
             tb[ut + p] = np.uint8(((Hd < EF) * (1 + (Ev < Fv))) | ((e_ext > e_open) << 2) | ((f_ext > f_open) << 3))
@@ -142,44 +146,46 @@ if numba_available():
             bad = (i32(tq & 8) != 0) | (i32(p) >= n32) | ((Wlo[uj + p] <= I) & (I <= Whi[uj + p]))
             Hv = NEG if bad else Hv
             top = max(top, Hv)
-            Hn[uk + p] = NEG if Hv < cut else Hv
-            En[uk + p] = NEG if (bad or Ev < cut) else Ev
-            Fn[uk + p] = NEG if (bad or Fv < cut) else Fv
+            S[rhn, uk + p] = NEG if Hv < cut else Hv
+            S[ren, uk + p] = NEG if (bad or Ev < cut) else Ev
+            S[rfn, uk + p] = NEG if (bad or Fv < cut) else Fv
         return top
 
     @njit(nogil=True, cache=True)
-    def _clear(X, Y, k0, n, k1, m):
-        """``X`` and ``Y`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in :func:`_cells`, except
-        the ``m`` cells from ``k1`` on (rounded up alike), which :func:`_cells` is about to write."""
+    def _clear(S, x, y, k0, n, k1, m):
+        """Rows ``x`` and ``y`` of ``S`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in
+        :func:`_cells`, except the ``m`` cells from ``k1`` on (rounded up alike), which :func:`_cells` is
+        about to write."""
         NEG = np.int32(_NEG)
         end = k0 + ((n + _PAD - 1) & ~(_PAD - 1))
         keep0 = k1 if m > 0 else end
         keep1 = k1 + ((m + _PAD - 1) & ~(_PAD - 1)) if m > 0 else end
         for i in range(k0, min(end, keep0)):
-            X[i] = NEG
-            Y[i] = NEG
+            S[x, i] = NEG
+            S[y, i] = NEG
         for i in range(max(keep1, k0), end):
-            X[i] = NEG
-            Y[i] = NEG
+            S[x, i] = NEG
+            S[y, i] = NEG
 
     @njit(nogil=True, cache=True)
-    def _cut(Hn, En, Fn, k0, n, cut, top):
+    def _cut(S, hn, en, fn, k0, n, cut, top):
         """Y-drop with a raised cut: cells below ``cut`` are dead (NEG); returns the first cell scoring ``top``
         (over the padded cells too, which are dead already: see :func:`_cells`)."""
         i32 = np.int32  # 32-bit lanes, as in _cells
         NEG = i32(_NEG)
         cut, top, n32 = i32(cut), i32(top), i32(n)
         uk = np.uint64(k0)
+        rhn, ren, rfn = np.uint64(hn), np.uint64(en), np.uint64(fn)
         first = n32
         for p in range((n + _PAD - 1) & ~(_PAD - 1)):
             up = np.uint64(p)
-            h = Hn[uk + up]
-            e = En[uk + up]
-            f = Fn[uk + up]
+            h = S[rhn, uk + up]
+            e = S[ren, uk + up]
+            f = S[rfn, uk + up]
             first = min(first, i32(p) if h == top else n32)
-            Hn[uk + up] = NEG if h < cut else h
-            En[uk + up] = NEG if e < cut else e
-            Fn[uk + up] = NEG if f < cut else f
+            S[rhn, uk + up] = NEG if h < cut else h
+            S[ren, uk + up] = NEG if e < cut else e
+            S[rfn, uk + up] = NEG if f < cut else f
         return first
 
     @njit(nogil=True, cache=True)
@@ -275,18 +281,15 @@ if numba_available():
         Wo[0] = 0
         t_fill = 1
         q_fill = 1
-        # anti-diagonal buffers indexed by I - base: H of D-1, D-2 and the one being computed; E, F of
-        # D-1 and the one being computed; every cell outside a stored interval is NEG
+        # anti-diagonal buffers indexed by I - base, the rows of S: H of D-1, D-2 and the one being computed
+        # (h1, h2, hn); E, F of D-1 and the one being computed (e1, f1, en, fn); every cell outside a
+        # stored interval is NEG.  The rows rotate by their indices: rotating array variables would cost
+        # numba a reference count update per array per anti-diagonal (~14 % of a long extension's sweep)
         cap = 512
         base = -2
-        H1 = np.full(cap, NEG, np.int32)
-        H2 = np.full(cap, NEG, np.int32)
-        Hn = np.full(cap, NEG, np.int32)
-        E1 = np.full(cap, NEG, np.int32)
-        F1 = np.full(cap, NEG, np.int32)
-        En = np.full(cap, NEG, np.int32)
-        Fn = np.full(cap, NEG, np.int32)
-        H1[0 - base] = 0
+        S = np.full((7, cap), NEG, np.int32)
+        h1, h2, hn, e1, f1, en, fn = 0, 1, 2, 3, 4, 5, 6
+        S[h1, 0 - base] = 0
         # computed intervals [a, b] of D-1, D-2, D-3 (what each buffer holds) and live ones of D-1, D-2
         c1a, c1b, c2a, c2b, c3a, c3b = 0, 0, 1, 0, 1, 0
         r1a, r1b, r2a, r2b = 0, 0, 1, 0
@@ -324,17 +327,17 @@ if numba_available():
                 offs, los, dcap = offs2, los2, dcap * 2
             offs[D] = used
             los[D] = a
-            # the scratch buffers: Hn held D-3, En / Fn held D-2: back to NEG where this anti-diagonal's
+            # the scratch rows: hn held D-3, en / fn held D-2: back to NEG where this anti-diagonal's
             # cells (all of them written) do not overwrite them
             new0, new_n = (a - base, b + 1 - a) if a <= b else (0, 0)
             if c3a <= c3b:
-                _clear(Hn, Hn, c3a - base, c3b + 1 - c3a, new0, new_n)
+                _clear(S, hn, hn, c3a - base, c3b + 1 - c3a, new0, new_n)
             if c2a <= c2b:
-                _clear(En, Fn, c2a - base, c2b + 1 - c2a, new0, new_n)
+                _clear(S, en, fn, c2a - base, c2b + 1 - c2a, new0, new_n)
             if a > b:  # nothing to compute (a sequence end): a dead anti-diagonal
-                H2, H1, Hn = H1, Hn, H2
-                E1, En = En, E1
-                F1, Fn = Fn, F1
+                h2, h1, hn = h1, hn, h2
+                e1, en = en, e1
+                f1, fn = fn, f1
                 c3a, c3b, c2a, c2b, c1a, c1b = c2a, c2b, c1a, c1b, 1, 0
                 r2a, r2b, r1a, r1b = r1a, r1b, 1, 0
                 continue
@@ -352,20 +355,14 @@ if numba_available():
                 while hi_need - lo_need + 2 + _PAD > ncap // 2:
                     ncap *= 2
                 nbase = lo_need - 1
-                nH1 = np.full(ncap, NEG, np.int32)
-                nH2 = np.full(ncap, NEG, np.int32)
-                nE1 = np.full(ncap, NEG, np.int32)
-                nF1 = np.full(ncap, NEG, np.int32)
+                nS = np.full((7, ncap), NEG, np.int32)
                 for i in range(c1a, c1b + 1):
-                    nH1[i - nbase] = H1[i - base]
-                    nE1[i - nbase] = E1[i - base]
-                    nF1[i - nbase] = F1[i - base]
+                    nS[h1, i - nbase] = S[h1, i - base]
+                    nS[e1, i - nbase] = S[e1, i - base]
+                    nS[f1, i - nbase] = S[f1, i - base]
                 for i in range(c2a, c2b + 1):
-                    nH2[i - nbase] = H2[i - base]
-                H1, H2, E1, F1 = nH1, nH2, nE1, nF1
-                Hn = np.full(ncap, NEG, np.int32)
-                En = np.full(ncap, NEG, np.int32)
-                Fn = np.full(ncap, NEG, np.int32)
+                    nS[h2, i - nbase] = S[h2, i - base]
+                S = nS
                 cap = ncap
                 base = nbase
             # codes up to I = b and J = D - a
@@ -400,7 +397,7 @@ if numba_available():
             k0 = a - base
             cut0 = a_best - ydrop
             # the walls of alignments found before: each query base's first interval in the cell loop
-            top = _cells(H1, E1, F1, H2, Hn, En, Fn, tb, Tb, Qr, Wlo, Whi, k0, used, a, nJ - D + a, n, sc16, amb, oe,
+            top = _cells(S, h1, e1, f1, h2, hn, en, fn, tb, Tb, Qr, Wlo, Whi, k0, used, a, nJ - D + a, n, sc16, amb, oe,
                          ext, cut0)
             # the further intervals of query bases that carry several (a repeat stacking alignments on them)
             if use_rows:
@@ -418,30 +415,30 @@ if numba_available():
                         # it, is not in it)
                         on = r >= 0 and r < olo.shape[0] and r < ohi.shape[0] and _on_wall(olo, ohi, r, ut)
                         if on:
-                            Hn[I - base] = NEG
-                            En[I - base] = NEG
-                            Fn[I - base] = NEG
+                            S[hn, I - base] = NEG
+                            S[en, I - base] = NEG
+                            S[fn, I - base] = NEG
                             hit = True
                     if hit:  # the best cell, walls excepted (a cell over the best is never cut)
                         top = NEG
                         for i in range(k0, k0 + n):
-                            top = max(top, Hn[i])
+                            top = max(top, S[hn, i])
             used += n
             # the first best cell of this anti-diagonal; a new best raises the cut
             if top > a_best:
-                a_bi = a + _cut(Hn, En, Fn, k0, n, top - ydrop, top)
+                a_bi = a + _cut(S, hn, en, fn, k0, n, top - ydrop, top)
                 a_best = top
                 a_bd = D
             na = a
-            while na <= b and Hn[na - base] == NEG:
+            while na <= b and S[hn, na - base] == NEG:
                 na += 1
             nb = b
-            while nb >= na and Hn[nb - base] == NEG:
+            while nb >= na and S[hn, nb - base] == NEG:
                 nb -= 1
             # rotate: D-1 -> D-2, D -> D-1 (the scratch buffers are cleared at the next step)
-            H2, H1, Hn = H1, Hn, H2
-            E1, En = En, E1
-            F1, Fn = Fn, F1
+            h2, h1, hn = h1, hn, h2
+            e1, en = en, e1
+            f1, fn = fn, f1
             c3a, c3b, c2a, c2b, c1a, c1b = c2a, c2b, c1a, c1b, a, b
             r2a, r2b = r1a, r1b
             r1a, r1b = na, nb

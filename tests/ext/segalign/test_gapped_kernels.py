@@ -402,10 +402,10 @@ def test_the_cell_loop_computes_in_32_bit_vector_lanes():
 
     cells = njit(nogil=True)(gk._cells.py_func)
     n = 256
-    bufs = [np.full(n + 2 * gk._PAD, gk._NEG, np.int32) for _ in range(7)]
+    rows = np.full((7, n + 2 * gk._PAD), gk._NEG, np.int32)
     codes = [np.zeros(n + 2 * gk._PAD, np.int32) for _ in range(2)]
     walls = [np.full(n + 2 * gk._PAD, gk._NO_WALL, np.int32), np.full(n + 2 * gk._PAD, -1, np.int32)]
-    top = cells(*bufs, np.zeros(n + 2 * gk._PAD, np.uint8), *codes, *walls, 1, 0, 0, 0, n,
+    top = cells(rows, 0, 3, 4, 1, 2, 5, 6, np.zeros(n + 2 * gk._PAD, np.uint8), *codes, *walls, 1, 0, 0, 0, n,
                 np.arange(16, dtype=np.int64), -100, 430, 30, -9430)
     assert top == gk._NEG  # every neighbour dead: so is every cell
     ir = cells.inspect_llvm(cells.signatures[0])
