@@ -73,6 +73,9 @@ def load_input(cfg: SweepConfig) -> tuple[dict[str, torch.Tensor], float | None]
                                  f"(fields: {', '.join(fields)})")
             fields = {f: fields[f] for f in inp.fields}
         return fields, box
+    if not Path(inp.path).exists():
+        where = "" if Path(inp.path).is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
+        raise InputError(f"input.path: {inp.path} does not exist{where}")
     fields = load_fields(inp.path, inp.format, inp.fields, inp.dims, inp.dtype)
     fields = {k: v for k, v in fields.items() if v.is_floating_point()} if inp.fields is None else fields
     for k, v in fields.items():

@@ -189,3 +189,19 @@ def test_ours_bounds_are_compressed_in_one_call_with_what_each_gets_alone(tmp_pa
                                      predictor="lorenzo" if "lorenzo" in r["params"] else "auto")
         assert float(r["Compression Ratio"]) == pytest.approx(alone.stats["ratio"], rel=1e-5)  # as the CSV rounds
         assert float(r["absolute_error"]) <= float(r["bound"]) * float(r["minmax"]) * (1 + 1e-9)
+
+
+def test_a_missing_input_names_the_option_and_where_a_relative_path_is_read_from(tmp_path, monkeypatch):
+    """A config whose input file is missing: one InputError naming input.path, and for a relative path the
+    directory it was read from (a shipped config run from elsewhere)."""
+    from torchhpc.ext.foresight.sweep import load_input
+
+    monkeypatch.chdir(tmp_path)
+    text = TINY.replace("input: {synthetic: grf, size: 16, seed: 3}", "input: {path: data/missing.h5}")
+    cfg = load_config(SweepConfig, write(tmp_path, text))
+    with pytest.raises(InputError, match=r"input.path: data/missing.h5 does not exist \(a relative path is read "
+                                         r"from the current directory, " + re.escape(str(tmp_path))):
+        load_input(cfg)
+    absolute = load_config(SweepConfig, write(tmp_path, text.replace("data/missing.h5", str(tmp_path / "no.h5"))))
+    with pytest.raises(InputError, match=r"does not exist$"):
+        load_input(absolute)
