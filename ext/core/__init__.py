@@ -30,7 +30,7 @@ _EXPORTS = {
     "pick_device": "device",
     "UserFunction": "usercode", "describe_exception": "usercode", "load_function": "usercode",
     "DistContext": "distributed", "distributed": "distributed", "init_distributed": "distributed",
-    "launched_by_torchrun": "distributed", "teardown_distributed": "distributed",
+    "launched_by_torchrun": "distributed", "teardown_distributed": "distributed", "fail_on_every_rank": "distributed",
     "Run": "runs", "RunOptions": "runs", "agree": "runs", "atomic_torch_save": "runs", "atomic_write_text": "runs",
     "open_run": "runs",
     "ArgumentParser": "cli", "add_options": "cli", "config_command": "cli", "module_main": "cli",

@@ -99,6 +99,26 @@ def launched_by_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def fail_on_every_rank(exc: BaseException, rank: int) -> None:
+    """Stop this rank for an error that every rank finds alike (a bad config, a damaged checkpoint), so
+    that the user reads it once.
+
+    Rank 0 raises ``exc`` (its entry point prints the one line).  Under the torchhpc launcher
+    (:data:`~torchhpc.ext.core.launch.LAUNCHER_ENV` set) every rank raises it: the launcher shows one
+    line whichever rank exits first, and torchrun stops the others as soon as one exits, so a rank 0
+    that is slower than its peers would otherwise never print it.  Under a bare torchrun the other ranks
+    exit with status 1 and say nothing.
+
+    Raises:
+        BaseException: ``exc``; or ``SystemExit(1)`` on a rank other than 0 outside the launcher.
+    """
+    from .launch import LAUNCHER_ENV
+
+    if rank == 0 or os.environ.get(LAUNCHER_ENV) == "1":
+        raise exc
+    raise SystemExit(1) from None
+
+
 def torchrun_rank() -> tuple[int, int]:
     """``(RANK, WORLD_SIZE)`` from the torchrun environment, before any process group exists
     (``(0, 1)`` outside torchrun).

@@ -8,7 +8,9 @@ resolved options to a temporary YAML file, runs the job's module on ``nproc`` lo
 waits for it.  The ranks' stderr is captured: the job's warnings pass through as they come; on success
 the rest is shown afterwards; on failure the user gets one line, the error of the rank that failed first
 (not the peers that then lost it) or the rank torchrun saw killed by a signal (:class:`JobError`).  The
-launch gets its own ``TMPDIR``, removed afterwards, so torchrun's log folders leave nothing behind.
+ranks see ``TORCHHPC_LAUNCHER=1`` (:data:`LAUNCHER_ENV`): an error every rank finds is then said by every
+rank, so the line is there whichever rank exits first (see
+:func:`~torchhpc.ext.core.distributed.fail_on_every_rank`).  The launch gets its own ``TMPDIR``, removed afterwards, so torchrun's log folders leave nothing behind.
 Ctrl-C (or SIGTERM) stops torchrun and every rank: SIGINT first, SIGKILL after a grace period.
 """
 
@@ -31,6 +33,10 @@ from .errors import ConfigError, TorchHPCError
 #: a rank's error that only reports another rank's failure (so it does not explain the job's)
 CONSEQUENCES = ("a peer rank", "a peer died", "from a neighbour", "rank 0 failed", "rank 0 did not answer",
                 "timed out", "interrupted")
+
+
+#: set (to ``1``) in the ranks' environment by :func:`torchrun`: their stderr is read by this launcher
+LAUNCHER_ENV = "TORCHHPC_LAUNCHER"
 
 
 class JobError(TorchHPCError):
@@ -101,7 +107,8 @@ def torchrun(module: str, nproc: int, argv: Sequence[str] = (), *, grace_s: floa
     """
     cmd = torchrun_command(module, nproc, argv)
     with tempfile.TemporaryDirectory(prefix="torchhpc-torchrun-") as scratch:
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), TMPDIR=scratch)
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), TMPDIR=scratch,
+                   **{LAUNCHER_ENV: "1"})
         proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True, errors="replace",
                                 start_new_session=True, stdout=subprocess.DEVNULL if quiet else None)
         lines: list[str] = []
@@ -140,13 +147,17 @@ def job_error_line(lines: Sequence[str], module: str) -> str | None:
     """The one line that explains a failed torchrun job, from its captured stderr.
 
     The first rank error (``<module>: error: ...``) that is not a consequence of another rank's failure;
-    else the rank torchrun's report names as killed by a signal; else the first rank error; else ``None``.
+    else rank 0's error as a peer relayed it (``rank 1: rank 0 failed: <rank 0's error>``); else the rank
+    torchrun's report names as killed by a signal; else the first rank error; else ``None``.
     """
     prefix = f"{module}: error: "
     errors = [ln.strip()[len(prefix):] for ln in lines if ln.strip().startswith(prefix)]
     primary = [e for e in errors if not any(mark in e for mark in CONSEQUENCES)]
     if primary:
         return primary[0]
+    relayed = [m[1] for e in errors if (m := re.match(r"(?:rank \d+: )?rank 0 failed: (.+)", e))]
+    if relayed:  # rank 0 was stopped before it spoke; a peer passed its error on verbatim
+        return relayed[0]
     root = "".join(lines).split("Root Cause", 1)[-1]  # torchrun's report: the first failure it observed
     m = re.search(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-\d+)", root, flags=re.S)
     if m:
@@ -226,4 +237,4 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-__all__ = ["JobError", "check_device", "job_error_line", "relaunch", "stop_job", "torchrun", "torchrun_command"]
+__all__ = ["JobError", "LAUNCHER_ENV", "check_device", "job_error_line", "relaunch", "stop_job", "torchrun", "torchrun_command"]

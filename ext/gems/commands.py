@@ -55,7 +55,7 @@ def train(cfg: GemsConfig, verbose: bool = True) -> int:
 
     import torch
 
-    from torchhpc.ext.core.distributed import distributed, torchrun_rank
+    from torchhpc.ext.core.distributed import distributed, fail_on_every_rank, torchrun_rank
     from torchhpc.ext.core.errors import InputError, TorchHPCError
     from torchhpc.ext.core.runs import agree, open_run
 
@@ -81,10 +81,8 @@ def train(cfg: GemsConfig, verbose: bool = True) -> int:
     rank_env, world_env = torchrun_rank()
     try:  # every rank checks the same things before any of them waits on another
         check_job(cfg, world_env)
-    except TorchHPCError:
-        if rank_env != 0:  # rank 0 says it, once
-            raise SystemExit(1) from None
-        raise
+    except TorchHPCError as exc:
+        fail_on_every_rank(exc, rank_env)
     with distributed(device=cfg.dist.device, timeout_s=cfg.dist.timeout_s) as ctx:
         rank, world = ctx.rank, ctx.world_size
         # on resume nothing is written until the checkpoint is known to continue this run
@@ -105,9 +103,7 @@ def train(cfg: GemsConfig, verbose: bool = True) -> int:
                     split = (prof, stage_bounds(cfg, prof, len(blocks)), None)
         split = agree(split, ctx)
         if split[0] == "error":
-            if rank != 0:
-                raise SystemExit(1)
-            raise InputError(split[1])
+            fail_on_every_rank(InputError(split[1]), rank)
         prof, bounds, resume_step = split
         if resume_step is not None and resume_step >= cfg.train.steps:
             if rank == 0 and verbose:

@@ -29,6 +29,7 @@ def _rank_main(capsys, monkeypatch, rank: int, world: int, *argv: str) -> tuple[
     monkeypatch.setenv("WORLD_SIZE", str(world))
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     monkeypatch.delenv("MASTER_PORT", raising=False)
+    monkeypatch.delenv("TORCHHPC_LAUNCHER", raising=False)  # a bare torchrun: only rank 0 speaks
     capsys.readouterr()
     try:
         rc = main(list(argv))

@@ -22,6 +22,7 @@ class ProbeOptions:
 
     fail_rank: int = option(-1, help="the rank that raises a user error (-1: none)")
     out: str = option("", help="folder each rank writes its resolved options to")
+    all_fail: bool = option(False, help="every rank finds the same error before any collective; rank 0 last")
 
 
 @pytest.fixture
@@ -29,20 +30,26 @@ def probe(tmp_path, monkeypatch):
     """A job module on PYTHONPATH: each rank writes the options it got; ``fail_rank`` fails with one line,
     the other ranks then fail as peers of a dead rank."""
     (tmp_path / f"{JOB}.py").write_text(textwrap.dedent(f"""
-        import os, sys
+        import os, sys, time
         from dataclasses import asdict, dataclass
         import torch.distributed as dist
         from torchhpc.ext.core.cli import job_main
         from torchhpc.ext.core.config import option
-        from torchhpc.ext.core.distributed import distributed
+        from torchhpc.ext.core.distributed import distributed, fail_on_every_rank
         from torchhpc.ext.core.errors import InputError
 
         @dataclass
         class ProbeOptions:
             fail_rank: int = option(-1, help="the rank that raises")
             out: str = option("", help="folder")
+            all_fail: bool = option(False, help="every rank fails alike")
 
         def run(opts):
+            if opts.all_fail:
+                rank = int(os.environ["RANK"])
+                if rank == 0:
+                    time.sleep(5)  # the other ranks exit first: torchrun stops rank 0 then
+                fail_on_every_rank(InputError("the config every rank rejects"), rank)
             with distributed(device="cpu", timeout_s=30) as ctx:
                 with open(os.path.join(opts.out, f"rank{{ctx.rank}}.txt"), "w") as fh:
                     fh.write(repr(asdict(opts)))
@@ -75,7 +82,7 @@ def test_relaunch_passes_the_resolved_options_and_leaves_nothing_behind(probe, s
     file nor torchrun's log folders remain in TMPDIR."""
     assert relaunch(ProbeOptions(out=str(probe)), JOB, 2) == 0
     for rank in (0, 1):
-        assert (probe / f"rank{rank}.txt").read_text() == repr({"fail_rank": -1, "out": str(probe)})
+        assert (probe / f"rank{rank}.txt").read_text() == repr({"fail_rank": -1, "out": str(probe), "all_fail": False})
     assert os.listdir(scratch) == []
 
 
@@ -86,6 +93,36 @@ def test_a_failing_rank_is_one_line(probe, scratch):
         relaunch(ProbeOptions(fail_rank=1, out=str(probe)), JOB, 2)
     assert str(err.value) == "the probe's own error"
     assert os.listdir(scratch) == []
+
+
+@pytest.mark.distributed
+def test_an_error_every_rank_finds_is_one_line_whichever_rank_exits_first(probe, scratch):
+    """Every rank rejects the config before any collective and rank 0 is the slowest: torchrun stops rank 0
+    as soon as another rank exits, and the user still gets the line (from the rank that did exit)."""
+    with pytest.raises(JobError) as err:
+        relaunch(ProbeOptions(all_fail=True, out=str(probe)), JOB, 2)
+    assert str(err.value) == "the config every rank rejects"
+    assert os.listdir(scratch) == []
+
+
+@pytest.mark.parametrize("launcher", [False, True])
+def test_an_error_every_rank_finds_is_said_by_rank_0_or_under_the_launcher_by_all(monkeypatch, launcher):
+    """Under a bare torchrun only rank 0 raises the error (the others exit 1 silently); under the torchhpc
+    launcher, which reads every rank's stderr and shows one line, every rank raises it."""
+    from torchhpc.ext.core.distributed import fail_on_every_rank
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.core.launch import LAUNCHER_ENV
+
+    if launcher:
+        monkeypatch.setenv(LAUNCHER_ENV, "1")
+    else:
+        monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    exc = InputError("bad")
+    with pytest.raises(InputError):
+        fail_on_every_rank(exc, 0)
+    with pytest.raises(InputError if launcher else SystemExit) as got:
+        fail_on_every_rank(exc, 1)
+    assert got.value is exc if launcher else got.value.code == 1
 
 
 def test_nproc_below_one_is_refused():
@@ -115,3 +152,5 @@ def test_the_line_that_explains_a_failed_job():
     told = f"{ccsdt}: error: rank 1: rank 0 failed: bad.npz: not a zip file\n"
     assert job_error_line(["W1202 warning\n", told, f"{ccsdt}: error: bad.npz: not a zip file\n"], ccsdt) == \
         "bad.npz: not a zip file"
+    # rank 0 stopped by torchrun before it printed: the peer's relayed copy of its error is the line
+    assert job_error_line(["W1202 warning\n", told], ccsdt) == "bad.npz: not a zip file"
