@@ -191,20 +191,29 @@ PREDICTORS = ("auto", "lorenzo", "interp", "cubic")
 def choose_predictor(q: torch.Tensor, sample: int = 64) -> str:
     """SZ3's rule, on a sample: the predictor (lorenzo or interp) whose residuals on a central block of
     at most ``sample^3`` codes have the smaller mean ``log2(1 + |r|)`` (a cheap entropy proxy)."""
+    return _choose(q, sample)[0]
+
+
+def _choose(q: torch.Tensor, sample: int = 64) -> tuple[str, torch.Tensor | None]:
+    """:func:`choose_predictor`, and the chosen predictor's residuals when the sampled block is all of ``q``
+    (a field of at most ``sample^3`` codes: they need not be computed again)."""
     sl = tuple(slice(max(0, (n - sample) // 2), max(0, (n - sample) // 2) + min(n, sample)) for n in q.shape)
     block = q[sl].contiguous()
     d = block
     for axis in range(3):
         d = torch.diff(d, dim=axis, prepend=torch.zeros_like(d.narrow(axis, 0, 1)))
-    cost = {name: float(torch.log2(1.0 + r.abs().to(torch.float32)).mean())
-            for name, r in (("lorenzo", d), ("interp", interp_residuals(block, cubic=False)))}
-    return min(cost, key=cost.get)
+    residuals = {"lorenzo": d, "interp": interp_residuals(block, cubic=False)}
+    cost = {name: float(torch.log2(1.0 + r.abs().to(torch.float32)).mean()) for name, r in residuals.items()}
+    name = min(cost, key=cost.get)
+    return name, (residuals[name].reshape(-1) if block.shape == q.shape else None)
 
 
 def _residuals(q: torch.Tensor, d: torch.Tensor | None, predictor: str) -> tuple[str, torch.Tensor]:
     """The residuals of ``predictor`` (``auto``: :func:`choose_predictor`)."""
     if predictor == "auto":
-        predictor = choose_predictor(q)
+        predictor, whole = _choose(q)
+        if whole is not None:
+            return predictor, whole
     if predictor == "lorenzo":
         if d is None:
             d = q

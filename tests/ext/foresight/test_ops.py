@@ -66,3 +66,24 @@ def test_predictor_choice_and_volume_view():
         seen.add(choose_predictor(q))
     assert seen == {"lorenzo", "interp"}
     assert as_volume((5,)) == (1, 1, 5) and as_volume((2, 3)) == (1, 2, 3) and as_volume((2, 3, 4, 5)) == (6, 4, 5)
+
+
+@pytest.mark.parametrize("side", [40, 70])
+def test_the_automatic_choice_computes_the_residuals_once_when_it_sampled_the_whole_field(monkeypatch, side):
+    """``predictor: auto`` on a field no larger than the choice's sample (64^3 codes; here 40^3) reuses the residuals the
+    choice computed: one interpolation pass, not two; on a larger field (70^3) the choice saw a block only,
+    and the field's residuals take a pass of their own.  Either way the payload is the one of an explicit
+    ``predictor: interp``."""
+    from torchhpc.ext.foresight import ops
+    from torchhpc.ext.foresight.data import gaussian_random_field
+
+    x = gaussian_random_field(side, lambda kk: kk**-3.0, seed=side)
+    eb = 1e-3 * float(x.max() - x.min())
+    calls = []
+    real = ops.interp_residuals
+    monkeypatch.setattr(ops, "interp_residuals", lambda *a, **kw: calls.append(a[0].shape) or real(*a, **kw))
+    used, auto = ops.lorenzo_encode(x, eb, backend="torch", predictor="auto")
+    assert used == "interp"
+    assert len(calls) == (1 if side <= 64 else 2)
+    _, explicit = ops.lorenzo_encode(x, eb, backend="torch", predictor="interp")
+    assert auto == explicit
