@@ -318,6 +318,14 @@ def describe_flags(cls: type) -> list[tuple[str, str, str]]:
 # ----------------------------------------------------------------------------- running a command
 
 
+def say(line: str) -> None:
+    """``line`` and its newline on stderr in one write, flushed: the ranks of a torchrun job share one pipe,
+    and a line written in two pieces (``print`` writes the text, then the newline) can take another
+    rank's line between them."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Namespace, prog: str = "torchhpc") -> int:
     """Call ``fn(args)``; user errors become one line on stderr and exit status 1 (2 for usage)."""
     debug = getattr(args, "debug", False) or os.environ.get("TORCHHPC_DEBUG") == "1"
@@ -326,7 +334,7 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Name
     except TorchHPCError as exc:
         if debug:
             raise
-        print(f"{prog}: error: {exc}", file=sys.stderr)
+        say(f"{prog}: error: {exc}")
         return 1
     except BrokenPipeError:  # output piped into `head` or similar: stop quietly, as Unix tools do
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -335,21 +343,21 @@ def run_main(fn: Callable[[argparse.Namespace], int | None], args: argparse.Name
     except (FileNotFoundError, IsADirectoryError, PermissionError, NotADirectoryError) as exc:
         if debug:
             raise
-        print(f"{prog}: error: {exc.strerror or exc}: {exc.filename}", file=sys.stderr)
+        say(f"{prog}: error: {exc.strerror or exc}: {exc.filename}")
         return 1
     except OSError as exc:  # a full disk, a device error: name the file when there is one
         if debug:
             raise
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"{prog}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        say(f"{prog}: error: {exc.strerror or exc}{where}")
         return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        say(f"{prog}: interrupted")
         return 130
     except RuntimeError as exc:  # torch.distributed: a peer died or a collective timed out
         if debug or not _is_dist_error(exc):
             raise
-        print(f"{prog}: error: {_dist_error_line(exc)}", file=sys.stderr)
+        say(f"{prog}: error: {_dist_error_line(exc)}")
         return 1
 
 

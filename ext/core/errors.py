@@ -29,4 +29,5 @@ class DistributedError(TorchHPCError, RuntimeError):
 
 def warn(message: str) -> None:
     """One warning line on stderr: ``torchhpc: warning: <message>``."""
-    print(f"torchhpc: warning: {message}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"torchhpc: warning: {message}\n")  # one write: ranks share the pipe (see cli.say)
+    sys.stderr.flush()

@@ -151,7 +151,9 @@ def job_error_line(lines: Sequence[str], module: str) -> str | None:
     torchrun's report names as killed by a signal; else the first rank error; else ``None``.
     """
     prefix = f"{module}: error: "
-    errors = [ln.strip()[len(prefix):] for ln in lines if ln.strip().startswith(prefix)]
+    # two ranks' lines can share one line of the pipe (a rank that wrote its line in two pieces)
+    pieces = [part for ln in lines for part in re.split(f"(?={re.escape(prefix)})", ln.strip())]
+    errors = [part[len(prefix):].strip() for part in pieces if part.startswith(prefix)]
     primary = [e for e in errors if not any(mark in e for mark in CONSEQUENCES)]
     if primary:
         return primary[0]

@@ -93,6 +93,32 @@ def test_run_main_prints_one_line(capsys):
     assert capsys.readouterr().err == "job: error: No space left on device: /dev/full\n"
 
 
+def test_an_error_line_is_one_write(monkeypatch):
+    """The line and its newline go to stderr in one write: the ranks of a torchrun job share one pipe, and a
+    line written in two pieces could take another rank's line between them."""
+    import sys
+
+    from torchhpc.ext.core.errors import InputError, warn
+
+    writes = []
+
+    class Pipe:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Pipe())
+
+    def bad(_a):
+        raise InputError("x.fa: empty file")
+
+    assert run_main(bad, _parser().parse_args(["t.fa"]), "job") == 1
+    warn("a warning")
+    assert writes == ["job: error: x.fa: empty file\n", "torchhpc: warning: a warning\n"]
+
+
 def test_config_file_faults(tmp_path):
     """Random bytes, a repeated key and a folder are one-line errors naming the file."""
     from torchhpc.ext.core.config import load_config

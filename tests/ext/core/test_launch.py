@@ -152,5 +152,8 @@ def test_the_line_that_explains_a_failed_job():
     told = f"{ccsdt}: error: rank 1: rank 0 failed: bad.npz: not a zip file\n"
     assert job_error_line(["W1202 warning\n", told, f"{ccsdt}: error: bad.npz: not a zip file\n"], ccsdt) == \
         "bad.npz: not a zip file"
+    # two ranks' identical lines run together on the pipe: one of them, not both
+    assert job_error_line([f"{prog}: error: a.fa: empty file{prog}: error: a.fa: empty file\n", "\n"], prog) == \
+        "a.fa: empty file"
     # rank 0 stopped by torchrun before it printed: the peer's relayed copy of its error is the line
     assert job_error_line(["W1202 warning\n", told], ccsdt) == "bad.npz: not a zip file"
