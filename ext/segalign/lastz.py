@@ -80,7 +80,7 @@ def lastz_gapped(hsps: dict[str, HSPs], target: SequenceSet, sets: dict[str, Seq
                    f"--ydrop={cfg.ydrop}", f"--gappedthresh={cfg.gappedthresh or cfg.hspthresh}", "--nochain",
                    "--format=maf-"]
             if cfg.scoring:
-                cmd.append(f"--scoring={cfg.scoring}")
+                cmd.append(f"--scores={cfg.scoring}")  # LASTZ's name for the scoring file
             if cfg.ambiguous:
                 cmd.append(f"--ambiguous={cfg.ambiguous}")
             res = subprocess.run(cmd, capture_output=True, text=True)

@@ -63,6 +63,11 @@ class Scoring:
         return max(max(r) for r in self.matrix)
 
 
+#: the largest score or penalty magnitude a scoring file may give (HOXD70's are below 500; the DP sums
+#: scores in 32 bits)
+MAX_SCORE = 100_000
+
+
 def hoxd70() -> Scoring:
     """LASTZ's default scoring: HOXD70, gap open 400, gap extend 30."""
     return Scoring([row[:] for row in HOXD70])
@@ -75,25 +80,42 @@ def read_scoring_file(path: str | Path) -> Scoring:
     (``bad_score``, ``fill_score``, ...) are accepted; ``fill_score`` sets the ambiguous score.
 
     Raises:
-        InputError: a missing file, a matrix that is not 4x4 over A, C, G, T, or a
-            non-integer value (naming the file and line).
+        InputError: a missing or binary file, a matrix that is not 4x4 over A, C, G, T, a non-integer
+            score or setting among those above, a score beyond +-:data:`MAX_SCORE` or a negative gap
+            penalty (naming the file and line).
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: scoring file not found")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: not a text file (a LASTZ scoring file is 'key = value' lines and an "
+                         "A C G T matrix)") from None
     sc = hoxd70()
     header: list[str] | None = None
     rows: dict[str, list[int]] = {}
-    for ln, raw in enumerate(path.read_text().splitlines(), start=1):
+
+    def score(val: str, ln: int, what: str) -> int:
+        try:
+            v = int(val)
+        except ValueError:
+            raise InputError(f"{path}:{ln}: {what} must be an integer, got {val!r}") from None
+        if abs(v) > MAX_SCORE:
+            raise InputError(f"{path}:{ln}: {what} {v} is beyond +-{MAX_SCORE} (scores are 32-bit sums)")
+        return v
+
+    for ln, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         if "=" in line:
             key, _, val = (s.strip() for s in line.partition("="))
-            try:
-                v = int(val)
-            except ValueError:
-                continue
+            if key not in ("gap_open_penalty", "gap_extend_penalty", "fill_score"):
+                continue  # LASTZ's other settings (bad_score = X:-1000, ...) are not ours to read
+            v = score(val, ln, key)
+            if key != "fill_score" and v < 0:
+                raise InputError(f"{path}:{ln}: {key} must be >= 0 (a penalty, subtracted), got {v}")
             if key == "gap_open_penalty":
                 sc.gap_open = v
             elif key == "gap_extend_penalty":
@@ -109,10 +131,7 @@ def read_scoring_file(path: str | Path) -> Scoring:
             continue
         if len(parts) != 5 or parts[0].upper() not in header:
             raise InputError(f"{path}:{ln}: expected a matrix row 'X s s s s', got {line!r}")
-        try:
-            rows[parts[0].upper()] = [int(p) for p in parts[1:]]
-        except ValueError:
-            raise InputError(f"{path}:{ln}: matrix scores must be integers, got {line!r}") from None
+        rows[parts[0].upper()] = [score(p, ln, "a matrix score") for p in parts[1:]]
     if header is None or sorted(rows) != ["A", "C", "G", "T"]:
         raise InputError(f"{path}: no complete A C G T substitution matrix found")
     order = [header.index(b) for b in "ACGT"]

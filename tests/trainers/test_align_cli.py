@@ -122,6 +122,16 @@ def test_gapped_by_lastz(cli, pair):
     res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
     assert res.returncode == 0, res.stderr[-2000:]
     assert read_maf(res.stdout)
+    # a scoring file reaches lastz (as its --scores): HOXD70 doubled, gap penalties too, doubles the scores
+    from torchhpc.ext.segalign.scoring import HOXD70
+
+    scores = pair / "double.txt"
+    scores.write_text("gap_open_penalty = 800\ngap_extend_penalty = 60\nA C G T\n"
+                      + "".join(f"{b} " + " ".join(str(2 * v) for v in row) + "\n" for b, row in zip("ACGT", HOXD70, strict=True)))
+    dbl = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz", "--scoring", str(scores))
+    assert dbl.returncode == 0, dbl.stderr[-2000:]
+    best = max(a.score for a in read_maf(res.stdout))
+    assert max(a.score for a in read_maf(dbl.stdout)) >= 2 * best - 100
 
 
 @pytest.mark.parametrize(

@@ -28,13 +28,21 @@ def test_read_lastz_scoring_file(tmp_path):
 
 @pytest.mark.parametrize("text, words", [
     ("A C G\nA 1 2 3\n", ["A C G T"]),
-    ("A C G T\nA 1 2 3 x\n", ["integers"]),
+    ("A C G T\nA 1 2 3 x\n", ["bad.txt:2", "a matrix score must be an integer", "'x'"]),
     ("A C G T\nA 1 -1 -1 -1\n", ["no complete"]),
+    ("A C G T\nA 99999999999 -1 -1 -1\n", ["bad.txt:2", "99999999999", "beyond +-100000"]),
+    ("gap_open_penalty = abc\nA C G T\n", ["bad.txt:1", "gap_open_penalty must be an integer", "'abc'"]),
+    ("gap_open_penalty = -400\n", ["bad.txt:1", "gap_open_penalty must be >= 0", "-400"]),
+    ("gap_extend_penalty = -30\n", ["bad.txt:1", "gap_extend_penalty must be >= 0"]),
+    (b"\x89PNG\r\n\x1a\n\xff\xfe\x00", ["bad.txt", "not a text file"]),
 ])
 def test_bad_scoring_file(tmp_path, text, words):
     """Malformed scoring files raise InputError naming the file (and line)."""
     f = tmp_path / "bad.txt"
-    f.write_text(text)
+    if isinstance(text, bytes):
+        f.write_bytes(text)
+    else:
+        f.write_text(text)
     with pytest.raises(InputError) as err:
         read_scoring_file(f)
     for w in words:
