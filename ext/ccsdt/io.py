@@ -312,6 +312,8 @@ def load_inputs(path: str | os.PathLike, validate: bool = True) -> TriplesInputs
             meta = json.loads(str(data["meta"]))
     except InputError:
         raise
+    except EOFError:
+        raise InputError(f"{path}: empty or truncated, not a ccsdt .npz inputs file") from None
     except (OSError, ValueError, zipfile.BadZipFile, KeyError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: cannot read as a ccsdt .npz inputs file ({exc})") from exc
     if energies.size != 2:

@@ -5,7 +5,8 @@ process (before torchrun starts ranks, before a benchmark runs for minutes): can
 read, can each output be written, and is no output one of the inputs?  :func:`check_output` and
 :func:`check_input` answer with one :class:`~torchhpc.ext.core.errors.InputError` line.
 :func:`open_text` reads a text input the way the fields write them: plain or gzip-compressed (told
-by the file's magic bytes, not its name), with LF, CRLF or CR-only line endings.
+by the file's magic bytes, not its name), with LF, CRLF or CR-only line endings; :func:`load_numpy`
+reads a ``.npy`` or ``.npz`` file, or says in one line why it cannot.
 
     check_input(args.trace, what="the trace")
     check_output(args.output, inputs=[args.trace], what="--output")
@@ -104,4 +105,30 @@ def open_text(path: str | os.PathLike, *, what: str = "input", encoding: str = "
     return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline=None)
 
 
-__all__ = ["check_input", "check_not_an_input", "check_output", "is_gzip", "open_text"]
+def load_numpy(path: str | os.PathLike, *, what: str = "input"):
+    """``np.load(path)`` without pickles: an ``ndarray`` (``.npy``) or an open ``NpzFile`` (``.npz``; use it
+    in a ``with`` block).
+
+    Raises:
+        InputError: the file is missing, empty, truncated, not NumPy's format, or holds Python objects
+            (one line naming ``what`` and the file).
+    """
+    import zipfile
+
+    import numpy as np
+
+    p = check_input(path, what=what)
+    try:
+        return np.load(p, allow_pickle=False)
+    except EOFError:
+        raise InputError(f"{what} {p}: empty or truncated, not a NumPy .npy/.npz file") from None
+    except zipfile.BadZipFile as exc:
+        raise InputError(f"{what} {p}: a damaged .npz file ({exc})") from None
+    except ValueError as exc:
+        why = "it holds Python objects, which are not read" if "allow_pickle" in str(exc) else str(exc)
+        raise InputError(f"{what} {p}: not a NumPy .npy/.npz array ({why})") from None
+    except OSError as exc:
+        raise InputError(f"{what} {p}: cannot read it as a NumPy file ({exc.strerror or exc})") from None
+
+
+__all__ = ["check_input", "check_not_an_input", "check_output", "is_gzip", "load_numpy", "open_text"]

@@ -175,10 +175,13 @@ def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
                            "params": c.params, "shape": list(y.shape), "dtype": c.dtype,
                            "ratio": c.stats.get("ratio"), "decompress_MBps": mb / td if td > 0 else None}
     if opts.original is not None:  # checked before anything is written: a failure leaves no output
-        try:
-            x = torch.from_numpy(np.load(opts.original, allow_pickle=False))
-        except (OSError, ValueError) as exc:
-            raise InputError(f"--original {opts.original}: not a .npy array ({exc})") from None
+        from torchhpc.ext.core.paths import load_numpy
+
+        x = load_numpy(opts.original, what="--original")
+        if not isinstance(x, np.ndarray):
+            x.close()
+            raise InputError(f"--original {opts.original}: an .npz archive; give the one field as a .npy array")
+        x = torch.from_numpy(x)
         if tuple(x.shape) != tuple(y.shape):
             raise InputError(f"shape mismatch: {opts.original} is {tuple(x.shape)}, the restored array "
                              f"{tuple(y.shape)}")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import struct
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.paths import load_numpy as read_numpy_file
 
 # ----------------------------------------------------------------------------- files
 
@@ -73,15 +76,15 @@ def load_raw(path: str | Path, dims: list[int], dtype: str = "float32", fields: 
 def load_numpy(path: str | Path, fields: list[str] | None = None) -> dict[str, torch.Tensor]:
     """A ``.npy`` array (one field, named by the file's stem) or the arrays of a ``.npz``."""
     path = Path(path)
-    try:
-        obj = np.load(path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a NumPy file ({exc})") from None
+    obj = read_numpy_file(path, what="input")
     if isinstance(obj, np.ndarray):
         arrays = {path.stem: obj}
     else:
-        with obj:
-            arrays = {k: obj[k] for k in obj.files}
+        try:
+            with obj:
+                arrays = {k: obj[k] for k in obj.files}
+        except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as exc:
+            raise InputError(f"input {path}: a damaged .npz file ({exc})") from None
     if fields is None:
         fields = list(arrays)
     out = {}

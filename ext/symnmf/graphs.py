@@ -170,11 +170,18 @@ def _factorize(values: list) -> np.ndarray:
 def read_features(path: str | Path) -> np.ndarray:
     """A feature matrix ``(n, d)``: ``.npy``, or ``.csv``/``.txt`` of numbers (comma or space separated)."""
     path = Path(path)
-    try:
-        X = np.load(path) if path.suffix == ".npy" else np.loadtxt(path, delimiter="," if path.suffix == ".csv"
-                                                                      else None, ndmin=2)
-    except ValueError as exc:
-        raise InputError(f"{path}: not a numeric feature matrix ({exc})") from None
+    if path.suffix == ".npy":
+        from torchhpc.ext.core.paths import load_numpy
+
+        X = load_numpy(path, what="--features")
+        if not isinstance(X, np.ndarray):
+            X.close()
+            raise InputError(f"--features {path}: an .npz archive under a .npy name; give one (n, d) array")
+    else:
+        try:
+            X = np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise InputError(f"{path}: not a numeric feature matrix ({exc})") from None
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] == 0:
         raise InputError(f"{path}: a feature matrix must be 2-D (n, d) with n >= 1, got shape {X.shape}")

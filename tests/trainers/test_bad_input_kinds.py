@@ -302,3 +302,40 @@ def test_every_file_output_equal_to_an_input_is_refused_and_the_input_kept(capsy
         rc, _, err = _run(capsys, *argv)
         _one_line(rc, err, flag, "is also an input")
         assert victim.read_bytes() == before, argv
+
+
+@pytest.mark.parametrize("content", ["empty", "truncated_npz", "objects"])
+@pytest.mark.parametrize("command", ["foresight compress", "foresight original", "symnmf features", "ccsdt inputs"])
+def test_a_numpy_file_that_is_empty_damaged_or_holds_objects_is_one_line(capsys, tmp_path, command, content):
+    """Every command that reads a .npy/.npz file says in one line, naming the file, that it is empty, damaged
+    or holds Python objects (NumPy's own EOFError, BadZipFile or pickle advice never reaches the user)."""
+    import numpy as np
+
+    npz = command == "ccsdt inputs" or (content == "truncated_npz" and command != "symnmf features")
+    bad = tmp_path / ("bad.npz" if npz else "bad.npy")  # (symnmf reads .npy features: an archive under that name)
+    objects = np.array([{"a": 1}, None], dtype=object)
+    if content == "empty":
+        bad.write_bytes(b"")
+    elif content == "truncated_npz":
+        np.savez(tmp_path / "whole.npz", a=np.arange(1000.0), b=np.ones((30, 30)))
+        bad.write_bytes((tmp_path / "whole.npz").read_bytes()[:300])
+    elif npz:
+        with open(bad, "wb") as fh:
+            np.savez(fh, format=objects)
+    else:
+        np.save(bad, objects, allow_pickle=True)
+    words = {"empty": ["empty or truncated"], "truncated_npz": ["damaged"], "objects": ["Python objects"]}[content]
+    if command == "ccsdt inputs":
+        rc, _, err = _run(capsys, "ccsdt", "--inputs", bad)
+        words = {"empty": ["empty or truncated"]}.get(content, ["cannot read"])
+    elif command == "symnmf features":
+        rc, _, err = _run(capsys, "symnmf", "run", "--features", bad, "--k", "2", "--run.root", tmp_path / "runs")
+    elif command == "foresight compress":
+        rc, _, err = _run(capsys, "foresight", "compress", bad, tmp_path / "o.fsz", "--bound", "1e-3")
+    else:
+        field = tmp_path / "f.npy"
+        np.save(field, np.linspace(0, 1, 4096, dtype=np.float32).reshape(16, 16, 16))
+        rc, _, err = _run(capsys, "foresight", "compress", field, tmp_path / "o.fsz", "--bound", "1e-3")
+        assert rc == 0, err
+        rc, _, err = _run(capsys, "foresight", "decompress", tmp_path / "o.fsz", tmp_path / "r.npy", "--original", bad)
+    _one_line(rc, err, str(bad), *words)
