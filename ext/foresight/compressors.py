@@ -34,6 +34,7 @@ import math
 import struct
 import sys
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +65,11 @@ from .ops import (
 )
 
 MODES = ("abs", "rel", "pw_rel")
-MAGIC = b"FORESIGHT1\n"
+MAGIC = b"FORESIGHT2\n"
+"""The file's first bytes: magic, the JSON header's length, the header, the payload, then a CRC-32 of all
+before it (a flipped bit anywhere is an error, not a wrong field)."""
+MAGIC_V1 = b"FORESIGHT1\n"
+"""Files written before the checksum: the same layout without the CRC-32 (still read)."""
 
 
 @dataclass
@@ -84,20 +89,28 @@ class Compressed:
     stats: dict[str, Any] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
-        """The self-describing file format: magic, a JSON header, the payload."""
+        """The self-describing file format: magic, a JSON header, the payload, a CRC-32 of them."""
         head = json.dumps({"compressor": self.compressor, "params": self.params, "shape": list(self.shape),
                            "dtype": self.dtype, "meta": self.meta, "stats": self.stats}).encode()
-        return MAGIC + struct.pack("<I", len(head)) + head + self.payload
+        body = MAGIC + struct.pack("<I", len(head)) + head + self.payload
+        return body + struct.pack("<I", zlib.crc32(body))
 
     @classmethod
     def from_bytes(cls, blob: bytes, where: str = "input") -> Compressed:
-        """Inverse of :meth:`to_bytes`; InputError names ``where`` on anything else."""
-        if not blob.startswith(MAGIC) or len(blob) < len(MAGIC) + 4:
+        """Inverse of :meth:`to_bytes` (and of the format before the checksum); InputError names ``where`` on
+        anything else, a checksum that does not match included."""
+        if blob.startswith(MAGIC) and len(blob) >= len(MAGIC) + 8:
+            (crc,) = struct.unpack_from("<I", blob, len(blob) - 4)
+            blob = memoryview(blob)[:-4]
+            if zlib.crc32(blob) != crc:
+                raise InputError(f"{where}: corrupt foresight file (its CRC-32 does not match: the file was changed "
+                                 "or damaged after it was written)")
+        elif not blob.startswith(MAGIC_V1) or len(blob) < len(MAGIC) + 4:
             raise InputError(f"{where}: not a foresight compressed file (missing the {MAGIC[:-1].decode()} header)")
         (n,) = struct.unpack_from("<I", blob, len(MAGIC))
         start = len(MAGIC) + 4
         try:
-            head = json.loads(blob[start:start + n])
+            head = json.loads(bytes(blob[start:start + n]))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{where}: corrupt header ({exc})") from None
         return cls(head["compressor"], head["params"], tuple(head["shape"]), head["dtype"], bytes(blob[start + n:]),

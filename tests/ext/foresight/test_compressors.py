@@ -128,3 +128,27 @@ def test_bad_parameters_are_one_clear_error():
     with pytest.raises(InputError, match="not a foresight compressed file"):
         Compressed.from_bytes(b"hello")
     assert set(BOUNDED) | {"downsample", "zstd"} == set(COMPRESSORS)
+
+
+@pytest.mark.parametrize("name", ["ours", "sz3", "zstd"])
+def test_a_damaged_file_is_an_error_not_a_wrong_field(name):
+    """Every byte of a compressed file is covered by its CRC-32: flipping one bit anywhere (the header's
+    numbers, the payload, the checksum itself) is one InputError, never a field decoded to other values;
+    a file of the format before the checksum still reads."""
+    import struct
+
+    from torchhpc.ext.foresight.compressors import MAGIC_V1
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(12, 10, 9, generator=g).cumsum(0)
+    c = compress(x, name, **({} if name == "zstd" else {"mode": "abs", "bound": 1e-3}))
+    blob = c.to_bytes()
+    want = decompress(Compressed.from_bytes(blob))
+    for at in sorted({11, 15, 16, len(blob) // 3, len(blob) // 2, len(blob) - 5, len(blob) - 1}):
+        bad = bytearray(blob)
+        bad[at] ^= 0x10
+        with pytest.raises(InputError, match="corrupt|not a foresight"):
+            decompress(Compressed.from_bytes(bytes(bad), where="x.fsz"))
+    head = blob[len(MAGIC_V1) + 4:len(MAGIC_V1) + 4 + struct.unpack_from("<I", blob, len(MAGIC_V1))[0]]
+    v1 = MAGIC_V1 + struct.pack("<I", len(head)) + head + c.payload
+    assert torch.equal(decompress(Compressed.from_bytes(v1)), want)
