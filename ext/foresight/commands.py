@@ -79,7 +79,11 @@ def parse_params(spec: str | list[str]) -> dict[str, Any]:
             if "=" not in part:
                 raise InputError(f"--param: expected KEY=VALUE, got {part!r}")
             k, v = part.split("=", 1)
-            out[k.strip()] = yaml.safe_load(v.strip())
+            try:
+                out[k.strip()] = yaml.safe_load(v.strip())
+            except yaml.YAMLError as exc:
+                where = f" ({exc.problem})" if getattr(exc, "problem", None) else ""
+                raise InputError(f"--param {part}: the value is not a YAML scalar or list{where}") from None
     return out
 
 
@@ -109,6 +113,13 @@ def compress_file(opts: CompressOptions) -> dict[str, Any]:
     params = parse_params(opts.param)
     if comp.modes and not comp.fixed_mode(params):
         params = {"mode": opts.mode, "bound": opts.bound, **params}
+    elif opts.bound is not None:  # a bound this compressor would not hold: refused, not ignored
+        fixed = ", ".join(sorted(set(params) & {"rate", "precision", "bits"}))
+        why = (f"is not error-bounded with --param {fixed}" if comp.modes else
+               "is lossless (it keeps every value)" if opts.compressor == "zstd" else "is not error-bounded")
+        raise InputError(f"--bound {opts.bound}: compressor {opts.compressor!r} {why}; drop --bound and --mode, "
+                         "or choose an error-bounded compressor")
+    comp.check_params(params)  # before the input is read
     field, x = load_array(opts)
     dev = pick_device(opts.device)
     xd = x.to(dev) if opts.compressor == "ours" else x

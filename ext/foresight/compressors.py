@@ -616,6 +616,12 @@ def round_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.where(keep, x, r)
 
 
+def _check_level(name: str, level: Any) -> None:
+    """A zstd level: an integer in 1..22."""
+    if not (isinstance(level, int) and not isinstance(level, bool) and 1 <= level <= 22):
+        raise InputError(f"compressor {name!r}: level must be an integer in 1..22 (zstd's levels), got {level!r}")
+
+
 class BitGroomCompressor(Compressor):
     """Mantissa rounding ("bit grooming", as netCDF's quantize) to the fewest bits that meet the bound,
     then a byte shuffle and zstd."""
@@ -627,6 +633,14 @@ class BitGroomCompressor(Compressor):
 
     def fixed_mode(self, params):
         return params.get("bits") is not None
+
+    def check_params(self, params):
+        p = super().check_params(params)
+        if p["bits"] is not None and not (isinstance(p["bits"], int) and 0 <= p["bits"] <= 52):
+            raise InputError(f"compressor 'bitgroom': bits must be an integer in 0..52 (mantissa bits kept), "
+                             f"got {p['bits']!r}")
+        _check_level(self.name, p["level"])
+        return p
 
     def _encode(self, x, p, eb):
         mant = 23 if x.dtype == torch.float32 else 52
@@ -699,6 +713,11 @@ class ZstdCompressor(Compressor):
 
     name = "zstd"
     PARAMS = {"level": 3}
+
+    def check_params(self, params):
+        p = super().check_params(params)
+        _check_level(self.name, p["level"])
+        return p
 
     def _encode(self, x, p, eb):
         return zstd_compress(_np(x).tobytes(), int(p["level"])), {}

@@ -129,16 +129,21 @@ def read_genericio(path: str | Path, fields: list[str] | None = None) -> dict[st
     if blocks_size:
         raise InputError(f"{path}: GenericIO files with (compressed) block headers are not supported")
     variables = []
-    for v in range(nvars):
-        off = vars_start + v * vars_size
-        name = blob[off:off + 256].split(b"\0", 1)[0].decode()
-        flags, size = struct.unpack_from(f"{end}2Q", blob, off + 256)
-        variables.append((name, flags, size))
     ranks = []
-    for r in range(nranks):
-        off = ranks_start + r * ranks_size
-        _, _, _, n, start = struct.unpack_from(f"{end}5Q", blob, off)[:5]
-        ranks.append((n, start))
+    try:  # offsets past the end, a size no dtype has, a name that is not text: a damaged header
+        for v in range(nvars):
+            off = vars_start + v * vars_size
+            name = blob[off:off + 256].split(b"\0", 1)[0].decode()
+            flags, size = struct.unpack_from(f"{end}2Q", blob, off + 256)
+            if size not in (1, 2, 4, 8):
+                raise struct.error(f"variable {name!r} has elements of {size} bytes")
+            variables.append((name, flags, size))
+        for r in range(nranks):
+            off = ranks_start + r * ranks_size
+            _, _, _, n, start = struct.unpack_from(f"{end}5Q", blob, off)[:5]
+            ranks.append((n, start))
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: damaged GenericIO header ({exc})") from None
     names = [v[0] for v in variables]
     fields = fields or names
     for f in fields:

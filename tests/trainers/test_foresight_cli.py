@@ -63,9 +63,16 @@ def test_compress_then_decompress_json(tmp_path, capsys):
     ([], "give an error bound"),
     (["--bound", "1", "--param", "speed=3"], "no parameter 'speed'"),
     (["--bound", "1", "--field", "nope"], "no field 'nope'"),
+    (["--compressor", "downsample", "--mode", "rel", "--bound", "1e-2"], "'downsample' is not error-bounded"),
+    (["--compressor", "zstd", "--bound", "1e-3"], "'zstd' is lossless"),
+    (["--compressor", "zfp", "--param", "rate=8", "--bound", "1e-3"], "not error-bounded with --param rate"),
+    (["--compressor", "bitgroom", "--param", "bits=-1"], "bits must be an integer in 0..52"),
+    (["--compressor", "zstd", "--param", "level=100"], "level must be an integer in 1..22"),
+    (["--bound", "1", "--param", "predictor=[1"], "--param predictor=[1: the value is not a YAML scalar"),
 ])
 def test_bad_compress_input_is_one_line(tmp_path, capsys, argv, message):
-    """Unknown compressor, bound <= 0 or missing, unknown parameter or field: exit 1 and one line."""
+    """Unknown compressor, bound <= 0 or missing, unknown parameter or field, a bound the compressor would not
+    hold (refused, not ignored), an out-of-range parameter or one that is not YAML: exit 1 and one line."""
     np.save(tmp_path / "x.npy", np.ones((4, 4), dtype=np.float32))
     code = foresight.main(["compress", str(tmp_path / "x.npy"), str(tmp_path / "o.fsz"), *argv])
     err = capsys.readouterr().err.strip()

@@ -55,3 +55,21 @@ def test_raw_npy_npz_and_bad_files(tmp_path):
         load_fields(tmp_path / "b.npz", fields=["p"])
     with pytest.raises(InputError, match="not a GenericIO file"):
         read_genericio(tmp_path / "v.raw")
+
+
+def test_a_genericio_file_with_a_damaged_header_is_one_error(shared_data, tmp_path):
+    """The real HACC file with its variables' table moved past the end, or a variable's element size
+    changed to 3 bytes: one InputError naming the file (was a struct.error or a dtype error)."""
+    import struct
+
+    blob = bytearray((shared_data / "foresight" / "testing" / "m000.full.mpicosmo.50").read_bytes())
+    g = list(struct.unpack_from("<12Q6d2Q", blob, 8))
+    far = bytearray(blob)
+    struct.pack_into("<Q", far, 8 + 7 * 8, len(blob) + 10**6)  # vars_start past the end
+    size = bytearray(blob)
+    struct.pack_into("<Q", size, g[7] + 256 + 8, 3)  # the first variable's element size
+    for name, bad in (("far", far), ("size", size)):
+        path = tmp_path / f"{name}.gio"
+        path.write_bytes(bytes(bad))
+        with pytest.raises(InputError, match=f"{name}.gio: damaged GenericIO header"):
+            read_genericio(path)
