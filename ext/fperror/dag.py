@@ -42,6 +42,8 @@ TRANSCENDENTAL = (EXP, LOG, SIN, COS, TAN, ATAN, SINH, COSH, TANH)
 UNIT_ROUNDOFF = {16: 2.0 ** -11, 32: 2.0 ** -24, 64: 2.0 ** -53, 128: 2.0 ** -113}
 UNDERFLOW = {16: 2.0 ** -25, 32: 2.0 ** -150, 64: 2.0 ** -1075, 128: 2.0 ** -16495}
 FORMATS = (16, 32, 64, 128)
+#: the largest finite number of each format (binary128's is beyond float64: never reached here)
+MAX_FINITE = {16: 65504.0, 32: 3.4028234663852886e38, 64: 1.7976931348623157e308, 128: math.inf}
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,9 @@ class ExprDAG:
     const_float: dict[int, Fraction] = field(default_factory=dict)
     # what a parser read but the bound does not use (FPTaylor's Constraints, +/- uncertainties), one line each
     notes: list[str] = field(default_factory=list)
+    # (N,) int16: the IEEE format (16/32/64/128 bits) a node's value is held in, 0 for a real number (no
+    # format); what overflows it is refused (see :data:`MAX_FINITE`)
+    fmt: torch.Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -451,6 +456,7 @@ class DagBuilder:
             outputs=[o for o, _ in outputs], output_nodes=torch.tensor([i for _, i in outputs], dtype=torch.int64),
             const_values=dict(self.const_values), name=name, const_bits=dict(self.const_bits),
             const_float=dict(self.const_float), notes=list(self.notes),
+            fmt=torch.tensor(self.fmt, dtype=torch.int16),
         )
 
 

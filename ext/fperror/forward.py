@@ -29,6 +29,7 @@ from .dag import (
     EXP,
     LOG,
     MAX,
+    MAX_FINITE,
     MUL,
     NEG,
     SIN,
@@ -188,6 +189,8 @@ def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Te
     With ``check`` a division by an interval containing 0, a log/sqrt of a possibly non-positive
     /negative argument or an overflow raises :class:`InputError` naming the operation's source.
     """
+    if check:
+        check_input_formats(dag)
     n, nb = dag.num_nodes, box_lo.shape[1]
     dev = box_lo.device
     vl = dag.box[:, :1].to(dev).expand(n, nb).clone()
@@ -240,10 +243,47 @@ def _check(dag, op, idx, a, b, lo, hi, wl, wh) -> None:
     if bad is None or not bool(bad.any()):
         bad = (torch.isinf(lo) | torch.isinf(hi) | torch.isnan(lo) | torch.isnan(hi)).any(1)
         why = "the value range overflows binary64"
+    if not bool(bad.any()):
+        bad, why = _overflows(dag, idx, lo, hi)
     if bool(bad.any()):
         k = int(idx[bad.nonzero()[0, 0]])
         raise InputError(f"{dag.name}: {dag.label(k)}: {why} over the input box; "
                          "narrow the input ranges")
 
 
-__all__ = ["Forward", "Groups", "below_pow2", "forward", "make_groups", "nonpositive_subs", "rounding_magnitude"]
+def _overflows(dag, idx, lo, hi) -> tuple[torch.Tensor, str]:
+    """Which of the nodes ``idx`` (values in ``[lo, hi]`` per box) may exceed the largest finite number of the
+    format they are held in (binary16's 65504, binary32's 3.4e38): computed there they would be inf, which
+    no bound covers."""
+    if dag.fmt is None:
+        return torch.zeros(len(idx), dtype=torch.bool), ""
+    fmt = dag.fmt.to(idx.device)[idx].long()
+    limit = torch.tensor([MAX_FINITE.get(b, math.inf) for b in range(129)], dtype=torch.float64,
+                         device=lo.device)[fmt.clamp(0, 128)]
+    limit = torch.where(fmt > 0, limit, torch.full_like(limit, math.inf))
+    bad = (torch.maximum(lo.abs(), hi.abs()) > limit[:, None]).any(1)
+    if not bool(bad.any()):
+        return bad, ""
+    b = int(fmt[bad.nonzero()[0, 0]])
+    return bad, f"the value range exceeds binary{b}'s largest finite number ({MAX_FINITE[b]:.8g}): it may overflow to inf"
+
+
+def check_input_formats(dag) -> None:
+    """Refuse an input whose declared range does not fit the format it is declared in (``x fl16 : (0, 1e5)``).
+
+    Raises:
+        InputError: naming the input.
+    """
+    nodes = dag.input_nodes
+    if dag.fmt is None or not nodes.numel():
+        return
+    box = dag.box[nodes]
+    bad, _ = _overflows(dag, nodes, box[:, :1], box[:, 1:])
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0, 0])
+        b = int(dag.fmt[nodes[i]])
+        raise InputError(f"{dag.name}: input {dag.input_names[i]}: its range [{float(box[i, 0]):g}, "
+                         f"{float(box[i, 1]):g}] does not fit binary{b} (largest finite {MAX_FINITE[b]:.8g})")
+
+
+__all__ = ["Forward", "Groups", "below_pow2", "check_input_formats", "forward", "make_groups", "nonpositive_subs", "rounding_magnitude"]

@@ -78,3 +78,29 @@ def test_power2_rounding_model_is_sound(shared_data, stem):
     errs = sampled_errors(dag, 30, seed=5, extra=[o.worst_point for o in res.outputs], rounded_inputs=True)
     for o, s, e in zip(res.outputs, std.outputs, errs, strict=True):
         assert e <= o.abs_bound <= s.abs_bound, (o.name, e, o.abs_bound, s.abs_bound)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("INPUTS {\n x fl16 : (0, 300);\n}\nOUTPUTS {\n y;\n}\nEXPRS {\n y rnd16 = x*x;\n}\n",
+     ["* @ 8:", "exceeds binary16's largest finite number (65504)"]),
+    ("INPUTS {\n x fl32 : (0, 100);\n}\nOUTPUTS {\n y;\n}\nEXPRS {\n y rnd32 = exp(x);\n}\n",
+     ["exp @ 8:", "exceeds binary32's largest finite number (3.4028235e+38)"]),
+    ("INPUTS {\n x fl16 : (0, 200);\n z fl16 : (0, 100000);\n}\nOUTPUTS {\n y;\n}\nEXPRS {\n y rnd16 = x*z;\n}\n",
+     ["input z", "[0, 100000] does not fit binary16"]),
+])
+def test_a_value_that_overflows_its_format_is_refused_not_bounded(tmp_path, text, words):
+    """x*x in binary16 over [0, 300] reaches 90,000 > 65,504, exp in binary32 over [0, 100] reaches 2.7e43:
+    computed in that format the result is inf, so no finite bound is sound; an input declared beyond its
+    format is refused too.  One InputError naming the operation (or input); [0, 200] for x*x (40,000) is
+    bounded."""
+    from torchhpc.ext.core.errors import InputError
+
+    path = tmp_path / "k.txt"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        analyze_file(path, options=FAST)
+    for w in words:
+        assert w in str(err.value), str(err.value)
+    path.write_text(text.replace("(0, 300)", "(0, 200)"))
+    if "(0, 300)" in text:
+        assert analyze_file(path, options=FAST).outputs[0].abs_bound < float("inf")
