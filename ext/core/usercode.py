@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import sys
 import sysconfig
@@ -138,7 +139,7 @@ def load_function(spec: str, what: str) -> UserFunction:
 
     A ``.py`` path is run as a fresh module each time (registered in ``sys.modules`` under
     ``torchhpc_user_<stem>``, as the pickling and tracing of its classes need); a module name is
-    imported.
+    imported, from the current directory too (as ``python -m`` would find it).
 
     Raises:
         InputError: a malformed ``spec``, no such file, a syntax error (``file:line:column``), an
@@ -165,6 +166,9 @@ def load_function(spec: str, what: str) -> UserFunction:
                 sys.modules.pop(name, None)
                 raise
         else:
+            here = os.getcwd()
+            if here not in sys.path and "" not in sys.path:  # an entry-point script does not look there
+                sys.path.append(here)  # last: a file here never shadows an installed package
             mod = importlib.import_module(mod_name)
     except TorchHPCError:
         raise

@@ -1068,6 +1068,9 @@ def load(path: str | Path, fmt: str = "auto", inputs: str = "exact", progress: b
         text = p.read_text()
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a text file (byte {exc.start} is not UTF-8); expected a Satire, "
+                         "FPTaylor or FPCore file") from None
     return parse(text, str(path), fmt, inputs, progress)
 
 

@@ -127,3 +127,18 @@ def test_guard_keeps_our_own_errors_and_names_user_lines(tmp_path):
 def test_guard_describes_exceptions_in_one_line():
     """A multi-line message keeps its first line."""
     assert describe_exception(ValueError("first\nsecond")) == "ValueError: first"
+
+
+def test_a_module_in_the_current_directory_is_found(tmp_path, monkeypatch, capsys):
+    """`trace mymodule:step` in the folder that holds mymodule.py works from the installed `torchhpc` script
+    too (which, unlike `python -m`, does not put the current directory on sys.path)."""
+    import sys
+
+    (tmp_path / "fperror_cwd_kernels.py").write_text("def step(u):\n    return u * 0.5 + 0.25\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "fperror_cwd_kernels", raising=False)
+    assert main(["trace", "fperror_cwd_kernels:step", "--ranges", "u=0:1"]) == 0
+    assert "out" in capsys.readouterr().out
+    assert sys.path[-1] == str(tmp_path)
+    sys.modules.pop("fperror_cwd_kernels", None)
