@@ -241,9 +241,6 @@ def test_analyze_warns_one_line_per_note(tmp_path, capsys):
 
 def test_a_binary_file_is_one_line(tmp_path):
     """Bytes that are not UTF-8 (an image, a gzip file given by mistake): one InputError naming the file."""
-    from torchhpc.ext.core.errors import InputError
-    from torchhpc.ext.fperror.parsers import load
-
     f = tmp_path / "garb.txt"
     f.write_bytes(b"\x00\xff\xfe\x89PNG")
     with pytest.raises(InputError, match="garb.txt: not a text file"):
