@@ -138,11 +138,14 @@ def _cluster_graph(cfg: SymnmfJob, ctx) -> dict:
 
 def _open_run(cfg: SymnmfJob, ctx):
     """``runs/symnmf/<id>/`` (one id agreed by all ranks), or exactly ``cfg.output`` when given."""
-    from torchhpc.ext.core.runs import Run, open_run
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.core.runs import Run, holds_a_run, open_run
 
     if cfg.output is None:
         return open_run("symnmf", cfg, cfg.run, ctx)
     out = Path(cfg.output)
+    if holds_a_run(out):  # a clustering is not continued from a checkpoint: --run.resume would not help
+        raise InputError(f"--output {out}: the folder already holds a run; choose another folder or remove it")
     return Run("", cfg, root=out.parent, run_id=out.name, resume=False, rank=ctx.rank, progress=cfg.run.progress)
 
 

@@ -244,11 +244,22 @@ def read_labels(path: str | Path, node_ids: np.ndarray) -> np.ndarray:
         return arr[:, 0]
     pos = {int(v): i for i, v in enumerate(node_ids)}
     out = np.full(len(node_ids), -1, dtype=np.int64)
+    stray = []
     for node, lab in arr:
         if int(node) in pos:
             out[pos[int(node)]] = lab
+        else:
+            stray.append(int(node))
     if (out < 0).all():
         raise InputError(f"{path}: no labelled node is in the graph (node ids do not match)")
+    unlabelled = int((out < 0).sum())
+    if stray or unlabelled:
+        from torchhpc.ext.core.errors import warn
+
+        parts = ([f"{len(stray)} labelled node(s) are not in the graph (e.g. {stray[0]}) and are ignored"]
+                 if stray else []) + ([f"{unlabelled} graph node(s) have no label and are left out of ARI/NMI"]
+                                      if unlabelled else [])
+        warn(f"{path}: " + "; ".join(parts))
     return out
 
 
@@ -397,7 +408,7 @@ def normalize_similarity(A: sp.csr_matrix, how: str = "sym") -> sp.csr_matrix:
     on it.  Its row stays 0, so it gets label ``-1`` like any isolated node (a warning says how many).
 
     Raises:
-        InputError: ``how`` is neither ``sym`` nor ``none``.
+        InputError: ``how`` is neither ``sym`` nor ``none``; under ``sym``, a graph of self-loops only.
     """
     if how == "none":
         return A
@@ -412,6 +423,9 @@ def normalize_similarity(A: sp.csr_matrix, how: str = "sym") -> sp.csr_matrix:
                       UserWarning, stacklevel=2)
         A = (A - sp.diags(np.where(lonely, diag, 0.0))).tocsr()
         A.eliminate_zeros()
+        if A.nnz == 0:
+            raise InputError(f"empty graph under normalize=sym: each of the {A.shape[0]} node(s) is similar only "
+                             "to itself (self-loops, no edge between two nodes); nothing to cluster")
     d = np.asarray(A.sum(axis=1)).ravel()
     inv = np.zeros_like(d)
     inv[d > 0] = d[d > 0] ** -0.5

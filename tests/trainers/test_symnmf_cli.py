@@ -67,6 +67,10 @@ def test_direct_form_with_labels_file_prints_ari_and_nmi(tmp_path, capsys):
     assert s["ari"] == 1.0 and s["nmi"] == 1.0 and s["algo"] == "gn"
     labels = np.loadtxt(tmp_path / "o" / "labels.txt", dtype=int)
     assert labels.shape == (10, 2)
+    # the same --output again: refused in one line that says what would help (not --run.resume)
+    code, _, err = _run(["--graph", str(tmp_path / "g.txt"), "--k", "2", "--output", str(tmp_path / "o")], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "already holds a run; choose another folder or remove it" in err and "--run.resume" not in err
 
 
 @pytest.mark.parametrize("files,extra,message", [
@@ -76,15 +80,18 @@ def test_direct_form_with_labels_file_prints_ari_and_nmi(tmp_path, capsys):
     ({"g.txt": "0 1\n1 2\n"}, ["--k", "5"], "k = 5 is larger than the number of nodes n = 3"),
     ({"g.txt": "# no edges\n"}, [], "empty graph"),
     ({"g.txt": "0 1 nan\n"}, [], "not finite"),
+    ({"g.txt": "0 0\n1 1\n2 2\n"}, ["--k", "1"], "each of the 3 node(s) is similar only to itself"),
 ])
 def test_bad_input_is_one_line_and_exit_1(tmp_path, capsys, files, extra, message):
-    """Non-symmetric, negative, k > n, empty and NaN inputs: exit 1 with one line naming the problem."""
+    """Non-symmetric, negative, k > n, empty, NaN and self-loops-only inputs: exit 1 with one line naming the
+    problem, and no output written."""
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     graph = str(tmp_path / next(iter(files)))
     code, out, err = _run(["--graph", graph, "--k", "2", *extra, "--output", str(tmp_path / "o")], capsys)
     assert code == 1
     assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o").exists()
 
 
 def test_no_input_and_nan_features_are_clear_errors(tmp_path, capsys):

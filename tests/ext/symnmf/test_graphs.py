@@ -47,13 +47,18 @@ def test_matrix_market_and_gml_match_their_reference_libraries(tmp_path, shared_
     assert len(np.unique(pb.labels)) == 3
 
 
-def test_labels_files_one_per_line_or_node_label_pairs(tmp_path, shared_data):
-    """A one-column file is in node order; 'node label' pairs are matched by node id (email-Eu-core)."""
+def test_labels_files_one_per_line_or_node_label_pairs(tmp_path, shared_data, capsys):
+    """A one-column file is in node order; 'node label' pairs are matched by node id (email-Eu-core); a pair
+    file that misses graph nodes or names nodes the graph lacks is read, with one warning line saying so."""
     ids = np.array([3, 7, 9])
     (tmp_path / "a.txt").write_text("1\n0\n1\n")
     np.testing.assert_array_equal(read_labels(tmp_path / "a.txt", ids), [1, 0, 1])
-    (tmp_path / "b.txt").write_text("9 4\n3 2\n")
+    capsys.readouterr()
+    (tmp_path / "b.txt").write_text("9 4\n3 2\n99 1\n")
     np.testing.assert_array_equal(read_labels(tmp_path / "b.txt", ids), [2, -1, 4])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1 labelled node(s) are not in the graph (e.g. 99)" in err
+    assert "1 graph node(s) have no label" in err
     with pytest.raises(InputError, match="2 labels for a graph of 3"):
         (tmp_path / "c.txt").write_text("1\n2\n")
         read_labels(tmp_path / "c.txt", ids)
