@@ -77,6 +77,8 @@ class TriplesResult:
         if self.e_t_pyscf is not None:
             out["e_t_pyscf"] = self.e_t_pyscf
             out["abs_diff"] = abs(self.e_t - self.e_t_pyscf)
+        if self.warnings:  # e.g. CCSD did not converge
+            out["warnings"] = list(self.warnings)
         if self.mode != "in-core":  # the in-core object is pinned (tests/trainers/test_ccsdt_pinned.py)
             out["mode"] = self.mode
             out.update({k: v for k, v in (self.stats or {}).items() if k not in out})
@@ -343,8 +345,10 @@ def run_ccsdt(options: CCSDTOptions) -> int:
     result = compute(options, progress=not options.json and sys.stderr.isatty())
     if torchrun_rank()[0] != 0:
         return 0
+    from torchhpc.ext.core.errors import warn
+
     for line in result.warnings:
-        print(line, file=sys.stderr)
+        warn(line)
     if options.json:
         print(json.dumps(result.as_json()))
     else:

@@ -210,7 +210,8 @@ def prepare_triples(
 
     Raises:
         InputError: PySCF missing; no geometry or no basis; a malformed geometry, an open shell or
-            an unknown basis (:mod:`torchhpc.ext.ccsdt.molecule`); see also :func:`from_pyscf`.
+            an unknown basis (:mod:`torchhpc.ext.ccsdt.molecule`); an RHF that does not converge; no
+            virtual (or no active occupied) orbital; see also :func:`from_pyscf`.
     """
     require_pyscf()
     from pyscf import cc, scf
@@ -232,19 +233,26 @@ def prepare_triples(
     mf.conv_tol = scf_conv_tol
     mf.kernel()
     timings["rhf"] = time.perf_counter() - t0
-    if not mf.converged:
-        notes.append(f"warning: RHF did not converge (E = {mf.e_tot:.10f})")
+    if not mf.converged:  # its orbitals are not a reference: (T) on them means nothing (and often fails later)
+        raise InputError(f"RHF did not converge in {mf.max_cycle} cycles (E = {mf.e_tot:.10f}): the (T) energy "
+                         "needs a converged reference; check the geometry and its --unit, the --charge and the basis")
     t0 = time.perf_counter()
     mycc = cc.CCSD(mf)
     if frozen_core:
         mycc.set_frozen()
+    nocc, nvir = int(mycc.nocc), int(mycc.nmo - mycc.nocc)
+    if nocc < 1 or nvir < 1:
+        what = "no virtual orbitals" if nvir < 1 else "no occupied orbital left to correlate (all frozen)"
+        raise InputError(f"{mol.nao} basis functions and {mol.nelectron} electrons leave {what}: there are no "
+                         "triples; use a larger basis" + (" or drop --frozen-core" if nocc < 1 else ""))
     mycc.conv_tol = ccsd_conv_tol
     if ccsd_max_cycle:
         mycc.max_cycle = ccsd_max_cycle
     mycc.kernel()
     timings["ccsd"] = time.perf_counter() - t0
     if not mycc.converged:
-        notes.append(f"warning: CCSD did not converge (E_corr = {mycc.e_corr:.10f})")
+        notes.append(f"CCSD did not converge in {mycc.max_cycle} cycles (E_corr = {mycc.e_corr:.10f}); the (T) "
+                     "energy is that of these amplitudes")
     t0 = time.perf_counter()
     eris = mycc.ao2mo()
     inputs = from_pyscf(mycc, eris)

@@ -56,7 +56,28 @@ def test_options_and_mole_give_the_same_inputs():
 def test_unconverged_ccsd_is_a_warning_not_an_error():
     """Stopping CCSD early (as the benchmark does) still gives inputs, with a warning line."""
     s = prepare_triples(gto.M(atom=GEOMETRY["H2O"], basis="6-31g", verbose=0), ccsd_max_cycle=2)
-    assert len(s.warnings) == 1 and s.warnings[0].startswith("warning: CCSD did not converge")
+    assert len(s.warnings) == 1 and s.warnings[0].startswith("CCSD did not converge in 2 cycles")
+
+
+@pytest.mark.parametrize("atom, words", [
+    ("He 0 0 0", ["1 basis functions and 2 electrons leave no virtual orbitals", "use a larger basis"]),
+    (GEOMETRY["H2O"], ["RHF did not converge in 1 cycles", "needs a converged reference"]),
+])
+def test_no_triples_or_no_reference_is_one_line(capsys, monkeypatch, atom, words):
+    """He in STO-3G has no virtual orbital (no triples); an RHF that does not converge (water, held to one SCF
+    cycle) is no reference: each is one line before CCSD (it ran, then failed on the shapes or on the orbital
+    energies of the unconverged reference, or went on with a warning)."""
+    from pyscf import scf
+
+    from torchhpc.trainers.cli import main
+
+    if "RHF" in words[0]:
+        monkeypatch.setattr(scf.hf.SCF, "max_cycle", 1)
+    assert main(["ccsdt", "--atom", atom, "--basis", "sto-3g"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("torchhpc: error: "), err
+    for w in words:
+        assert w in err, err
 
 
 @pytest.mark.parametrize("molecule,basis,frozen_core", SYSTEMS)
