@@ -193,6 +193,7 @@ class Compressor:
             y = self._decode_any(c, x.device)
             tol = self.elementwise_bound(x, p)
             bad = ~((y.to(torch.float64) - x.to(torch.float64)).abs() <= tol)
+            bad |= ~torch.isfinite(x)  # inf and NaN come back as they are (pw_rel's bound at inf is inf)
             bad &= ~((y == x) | (torch.isnan(x) & torch.isnan(y)))
             patched = int(bad.sum())
             idx = torch.nonzero(bad.reshape(-1)).reshape(-1).cpu().numpy().astype("<i8")

@@ -81,6 +81,20 @@ def test_ours_keeps_nonfinite_and_extreme_values_exactly():
     assert float((y[fin].double() - x[fin].double()).abs().max()) <= 1e-3
 
 
+@pytest.mark.parametrize("name", BOUNDED)
+@pytest.mark.parametrize("mode", ["abs", "rel", "pw_rel"])
+def test_every_compressor_gives_nan_and_inf_back_in_every_mode(name, mode):
+    """NaN and +-inf come back as they were, whatever the compressor and mode: pw_rel's bound at inf is inf,
+    so the guard alone let +inf come back as 1.0 (through pw_rel's log2 path)."""
+    x = torch.linspace(0.5, 2.0, 300, dtype=torch.float32).reshape(3, 10, 10).clone()
+    x[0, 0, 0], x[1, 2, 3], x[2, 9, 9] = float("nan"), float("inf"), -float("inf")
+    y = decompress(compress(x, name, mode=mode, bound=1e-3))
+    assert torch.isnan(y[0, 0, 0]) and y[1, 2, 3] == float("inf") and y[2, 9, 9] == -float("inf")
+    fin = torch.isfinite(x)
+    tol = tolerance(x[fin], mode, 1e-3)  # rel: the range of the finite values
+    assert bool((y[fin].double() - x[fin].double()).abs().le(tol).all())
+
+
 def test_round_mantissa_matches_numpy_bit_arithmetic():
     """Mantissa rounding equals a numpy reference (round half up on the dropped bits) and meets 2^-(m+1)."""
     x = awkward_field(torch.float32).reshape(-1)
