@@ -36,14 +36,30 @@ def _pair(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return x.to(torch.float64), y.to(torch.float64)
 
 
-def max_abs_error(x: torch.Tensor, y: torch.Tensor) -> float:
+def _finite_pair(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """The elements where the original is finite (``x``, ``y`` as float64, flat), and whether the
+    reconstruction changed a NaN or inf of the original (an infinite error: the pointwise metrics say so)."""
     x, y = _pair(x, y)
-    return float((x - y).abs().max())
+    fin = torch.isfinite(x)
+    if bool(fin.all()):
+        return x.reshape(-1), y.reshape(-1), False
+    kept = (y[~fin] == x[~fin]) | (torch.isnan(x[~fin]) & torch.isnan(y[~fin]))
+    return x[fin], y[fin], not bool(kept.all())
+
+
+def max_abs_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    """``max |x - x'|`` over the finite ``x`` (NaN and inf of the input given back are no error; changed, inf)."""
+    x, y, changed = _finite_pair(x, y)
+    if changed:
+        return math.inf
+    return float((x - y).abs().max()) if x.numel() else 0.0
 
 
 def max_rel_error(x: torch.Tensor, y: torch.Tensor) -> float:
-    """``max |x - x'| / |x|`` over the nonzero ``x`` (0 when every ``x`` is 0)."""
-    x, y = _pair(x, y)
+    """``max |x - x'| / |x|`` over the finite nonzero ``x`` (0 when there is none)."""
+    x, y, changed = _finite_pair(x, y)
+    if changed:
+        return math.inf
     nz = x != 0
     if not bool(nz.any()):
         return 0.0
@@ -51,13 +67,18 @@ def max_rel_error(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def mse(x: torch.Tensor, y: torch.Tensor) -> float:
-    x, y = _pair(x, y)
-    return float(((x - y) ** 2).mean())
+    """Mean squared error over the finite ``x`` (inf when a NaN or inf of the input was changed)."""
+    x, y, changed = _finite_pair(x, y)
+    if changed:
+        return math.inf
+    return float(((x - y) ** 2).mean()) if x.numel() else 0.0
 
 
 def value_range(x: torch.Tensor) -> float:
+    """``max - min`` of the finite values (0 when there is none)."""
     x = x.to(torch.float64)
-    return float(x.max() - x.min())
+    x = x[torch.isfinite(x)]
+    return float(x.max() - x.min()) if x.numel() else 0.0
 
 
 def psnr(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -72,7 +93,9 @@ def psnr(x: torch.Tensor, y: torch.Tensor) -> float:
 def psnr_peak(x: torch.Tensor, y: torch.Tensor) -> float:
     """Peak-amplitude PSNR: ``20 log10(max |x|) - 10 log10(mse)``."""
     m = mse(x, y)
-    peak = float(x.to(torch.float64).abs().max())
+    xf = x.to(torch.float64)
+    xf = xf[torch.isfinite(xf)]
+    peak = float(xf.abs().max()) if xf.numel() else 0.0
     if m == 0:
         return math.inf
     return 20 * math.log10(peak) - 10 * math.log10(m) if peak > 0 else -math.inf

@@ -77,7 +77,12 @@ def load_input(cfg: SweepConfig) -> tuple[dict[str, torch.Tensor], float | None]
         where = "" if Path(inp.path).is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
         raise InputError(f"input.path: {inp.path} does not exist{where}")
     fields = load_fields(inp.path, inp.format, inp.fields, inp.dims, inp.dtype)
-    fields = {k: v for k, v in fields.items() if v.is_floating_point()} if inp.fields is None else fields
+    if inp.fields is None:
+        floats = {k: v for k, v in fields.items() if v.is_floating_point()}
+        if not floats:
+            raise InputError(f"{inp.path}: no float32/float64 field to compress (fields: "
+                             + ", ".join(f"{k} {str(v.dtype).replace('torch.', '')}" for k, v in fields.items()) + ")")
+        fields = floats
     for k, v in fields.items():
         if not v.is_floating_point():
             raise InputError(f"{inp.path}: field {k!r} is {v.dtype}; only float32/float64 fields are compressed")
@@ -94,10 +99,16 @@ def load_input(cfg: SweepConfig) -> tuple[dict[str, torch.Tensor], float | None]
 
 
 def _check_fields(fields: dict[str, torch.Tensor], names: list[str], analysis: str) -> None:
+    """Every field ``analysis`` reads is there and finite (an FFT or a halo finder over a NaN is NaN
+    everywhere, and a NaN comparison would pass)."""
     for n in names:
         if n not in fields:
             raise InputError(f"analysis {analysis} needs field {n!r}, which the input does not have "
                              f"(fields: {', '.join(fields)})")
+        bad = int((~torch.isfinite(fields[n])).sum())
+        if bad:
+            raise InputError(f"analysis {analysis}: field {n!r} has {bad} NaN/inf value(s); the analysis needs "
+                             "finite data (leave it out of analyses:, or clean the field)")
 
 
 def original_analyses(cfg: SweepConfig, fields: dict[str, torch.Tensor], box: float | None) -> dict[str, Any]:

@@ -85,3 +85,17 @@ def test_shape_mismatch_is_one_error():
     """Comparing fields of different shapes raises InputError naming both shapes."""
     with pytest.raises(InputError, match=r"shape mismatch: original \(4, 4\) vs reconstructed \(4, 5\)"):
         mse(torch.zeros(4, 4), torch.zeros(4, 5))
+
+
+def test_pointwise_metrics_leave_out_nan_and_inf_given_back_and_flag_them_changed():
+    """The metrics read the finite elements of the original; a NaN or inf given back unchanged is no error,
+    one that changed is an infinite error (max error, mse) and a PSNR of -inf."""
+    x = torch.linspace(0.0, 1.0, 64, dtype=torch.float64)
+    x[5], x[9] = float("nan"), float("inf")
+    y = x.clone()
+    y[20] += 0.01
+    assert max_abs_error(x, y) == pytest.approx(0.01) and mse(x, y) == pytest.approx(1e-4 / 62)
+    assert math.isfinite(psnr(x, y)) and math.isfinite(psnr_peak(x, y))
+    y[9] = 1.0
+    assert max_abs_error(x, y) == math.inf and mse(x, y) == math.inf and max_rel_error(x, y) == math.inf
+    assert psnr(x, y) == -math.inf

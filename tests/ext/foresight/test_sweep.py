@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -205,3 +206,22 @@ def test_a_missing_input_names_the_option_and_where_a_relative_path_is_read_from
     absolute = load_config(SweepConfig, write(tmp_path, text.replace("data/missing.h5", str(tmp_path / "no.h5"))))
     with pytest.raises(InputError, match=r"does not exist$"):
         load_input(absolute)
+
+
+def test_a_field_with_nan_is_refused_by_its_analyses_and_an_int_only_input_by_the_sweep(tmp_path):
+    """A NaN in the field: the power spectrum of the original would be NaN and every comparison with it would
+    'pass' (NaN > 0 is false, so no mode was compared): one InputError naming the field and the analysis.  An
+    input with no float field (an int32 .npy): one InputError, not a sweep of 0 rows."""
+    from torchhpc.ext.foresight.data import gaussian_random_field
+
+    x = gaussian_random_field(16, lambda k: k**-3.0).numpy()
+    x[3, 4, 5] = np.nan
+    np.save(tmp_path / "rho.npy", x)
+    text = TINY.replace("input: {synthetic: grf, size: 16, seed: 3}", f"input: {{path: {tmp_path / 'rho.npy'}}}")
+    cfg = load_config(SweepConfig, write(tmp_path, text), [f"run.root={tmp_path}"])
+    with pytest.raises(InputError, match="analysis power_spectrum: field 'rho' has 1 NaN/inf value"):
+        run_sweep(cfg, Run("foresight", cfg, root=tmp_path, progress=False))
+    np.save(tmp_path / "ints.npy", np.arange(4096, dtype=np.int32).reshape(16, 16, 16))
+    cfg = load_config(SweepConfig, write(tmp_path, text.replace("rho.npy", "ints.npy")), [f"run.root={tmp_path}"])
+    with pytest.raises(InputError, match="no float32/float64 field to compress \\(fields: ints int32\\)"):
+        run_sweep(cfg, Run("foresight", cfg, root=tmp_path, progress=False))
