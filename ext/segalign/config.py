@@ -78,8 +78,9 @@ class PipelineOptions(Options):
     gappedthresh: int | None = option(None, help="gapped alignment score threshold (null: the same as --hspthresh)",
                                       gt=0)
     scoring: str | None = option(None, help="LASTZ scoring file (null: HOXD70, gap open 400, gap extend 30)")
-    ambiguous: str | None = option(None, help="treat N (n) or every IUPAC code (iupac) as an ambiguous base, "
-                                              "as LASTZ's --ambiguous", choices=("n", "iupac"))
+    ambiguous: str | None = option(None, help="score N (n), or N and the other IUPAC codes (iupac, else refused), 0 "
+                                              "instead of the fill score (-100): LASTZ's --ambiguous",
+                                   choices=("n", "iupac"))
     max_hits: int = option(1 << 22, help="seed hits per filter batch: bounds memory, about 200 bytes a hit", gt=0)
     interval: int = option(1 << 20, help="query positions per work interval (the unit of work and of --progress)",
                            gt=0)
@@ -112,12 +113,13 @@ class PipelineOptions(Options):
                               f"{MIN_SEED_WEIGHT}; random hits would swamp the filter)")
 
     def scoring_scheme(self) -> Scoring:
-        """The substitution and gap scores (``--scoring`` file, else HOXD70 with ``--ambiguous``)."""
+        """The substitution and gap scores (``--scoring`` file, else HOXD70); an ambiguous base scores the fill
+        score (-100 with HOXD70), or 0 with ``--ambiguous`` (LASTZ: "substitutions with N are scored as zero")."""
         from .scoring import hoxd70, read_scoring_file
 
         sc = read_scoring_file(self.scoring) if self.scoring else hoxd70()
-        if self.ambiguous is not None and self.scoring is None:
-            sc.ambiguous_score = -100 if self.ambiguous == "iupac" else 0
+        if self.ambiguous is not None:
+            sc.ambiguous_score = 0
         return sc
 
 

@@ -15,9 +15,10 @@ one at each end), which every extension treats as a wall::
     codes     10 0 1 2 3 8 10 5 1 0 10
     starts       1            7          (offset of each record's first base)
 
-By default N is a wall too (LASTZ: "N is a sequence splicing character");
-``--ambiguous=n`` scores it as an ambiguous base and ``--ambiguous=iupac`` also
-accepts the other IUPAC codes, which LASTZ otherwise rejects.
+N never seeds; an extension runs through it at the scoring's fill score (-100 with HOXD70), as
+LASTZ 1.04 does, so a lone N in an assembly does not split an alignment and a long run of them ends it
+(the X- and Y-drops).  ``--ambiguous=n`` scores N 0, and ``--ambiguous=iupac`` also accepts the other
+IUPAC codes (which LASTZ otherwise rejects) and scores them 0 too, as LASTZ does.
 """
 
 from __future__ import annotations
@@ -224,10 +225,6 @@ def _assemble(names, seqs, path, ambiguous) -> SequenceSet:
         codes[off:off + s.size] = c
         letters[off:off + s.size] = s
         off += s.size + 1
-    if ambiguous is None:
-        codes[codes == N_CODE] = SEPARATOR  # LASTZ: N splices the sequence
-    elif ambiguous == "n":
-        pass
     return SequenceSet(names, torch.from_numpy(codes), torch.from_numpy(starts), torch.from_numpy(lengths),
                        letters, path, {"ambiguous": ambiguous})
 

@@ -42,10 +42,16 @@ class Alignment:
     q_text: str
 
     def identity(self) -> tuple[int, int]:
+        """``(matches, columns)`` over the columns where both bases are A, C, G or T (either case), as
+        LASTZ counts them: gaps and columns with N or another ambiguous base are left out."""
         a = np.frombuffer(self.t_text.upper().encode(), dtype=np.uint8)
         b = np.frombuffer(self.q_text.upper().encode(), dtype=np.uint8)
-        both = (a != ord("-")) & (b != ord("-"))
+        both = _NUCLEOTIDE[a] & _NUCLEOTIDE[b]
         return int(((a == b) & both).sum()), int(both.sum())
+
+
+_NUCLEOTIDE = np.zeros(256, dtype=bool)
+_NUCLEOTIDE[list(b"ACGT")] = True
 
 
 def hsps_to_alignments(h: HSPs, target: SequenceSet, query: SequenceSet) -> list[Alignment]:

@@ -2,8 +2,8 @@
 
 The table is indexed by the codes of :mod:`torchhpc.ext.segalign.fasta`: uppercase
 and lowercase bases score alike (soft-masking only removes seeds, as in LASTZ),
-ambiguous bases (N with ``--ambiguous=n``, IUPAC with ``--ambiguous=iupac``) score
-the ``fill`` value, and the record separator scores ``-10 * xdrop`` against
+ambiguous bases (N; the other IUPAC codes with ``--ambiguous=iupac``) score the ``fill``
+value (-100; 0 with ``--ambiguous``), and the record separator scores ``-10 * xdrop`` against
 everything so that no extension crosses it (SegAlign's choice).
 """
 

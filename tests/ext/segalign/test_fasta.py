@@ -25,10 +25,17 @@ def test_lastz_style_names():
     assert from_strings({"gi|308183796|ref|NC_014560.1| H. pylori": "ACGT"}).names == ["gi"]
 
 
-def test_n_is_a_wall_unless_ambiguous():
-    """N splices the sequence by default (LASTZ); --ambiguous=n makes it an ambiguous base."""
-    assert from_strings({"a": "ANA"}).codes.tolist()[2] == SEPARATOR
+def test_n_is_an_ambiguous_base_scored_minus_100_or_0_with_ambiguous():
+    """N is an ambiguous base (not a wall) either way, as LASTZ 1.04 reads it; it scores HOXD70's fill
+    score, -100, by default and 0 with --ambiguous n or iupac; the separator stays a wall."""
+    from torchhpc.ext.segalign.config import AlignConfig
+
+    assert from_strings({"a": "ANA"}).codes.tolist()[2] == 8
     assert from_strings({"a": "ANA"}, ambiguous="n").codes.tolist()[2] == 8
+    assert int(AlignConfig().scoring_scheme().table(910)[8, 0]) == -100
+    for amb in ("n", "iupac"):
+        t = AlignConfig(ambiguous=amb).scoring_scheme().table(910)
+        assert int(t[8, 0]) == int(t[9, 3]) == 0 and int(t[SEPARATOR, 0]) < -9100
 
 
 def test_reverse_complement_maps_positions():

@@ -85,6 +85,31 @@ def test_mt_human_orang_maf_is_byte_identical_to_lastz(genomes, tmp_path, capsys
 
 
 @needs_lastz
+@pytest.mark.parametrize("ambiguous", [None, "n", "iupac"])
+def test_ambiguous_bases_align_as_lastz_aligns_them(genomes, tmp_path, capsys, ambiguous):
+    """MT-human with two bases made N (or R and Y, for iupac) against MT-orang: the MAF is LASTZ's, byte for
+    byte.  By default an N is scored -100 and the alignment runs through it (it used to end there, splitting
+    the alignment in four); with --ambiguous n / iupac it is scored 0."""
+    from torchhpc.trainers.cli import main
+
+    lines = (genomes / "MT-human.fa").read_text().splitlines()
+    seq = list("".join(lines[1:]))
+    for at, letter in ((240, "R" if ambiguous == "iupac" else "N"), (5944, "Y" if ambiguous == "iupac" else "N")):
+        seq[at] = letter
+    t = tmp_path / "t.fa"
+    t.write_text(lines[0] + "\n" + "".join(seq) + "\n")
+    q = genomes / "MT-orang.fa"
+    out = tmp_path / "ours.maf"
+    flag = ["--ambiguous", ambiguous] if ambiguous else []
+    assert main(["align", str(t), str(q), *flag, "--output", str(out)]) == 0
+    capsys.readouterr()
+    ref = run_lastz(["lastz", str(t), str(q), "--ydrop=9430", "--format=maf-",
+                     *([f"--ambiguous={ambiguous}"] if ambiguous else [])])
+    assert out.read_bytes() == ref.encode()
+    assert ref.count("\na ") + ref.startswith("a ") == 2
+
+
+@needs_lastz
 def test_minus_strand_hsps_match_lastz(tmp_path):
     """On a simulated pair with inversions, minus-strand HSPs (reverse-complement coordinates) equal LASTZ's."""
     sim = simulate_pair(40_000, inversions=2, inversion_length=5000, duplications=1, seed=2)
