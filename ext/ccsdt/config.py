@@ -99,8 +99,11 @@ class CCSDTOptions(Options):
             if self.compare_pyscf:
                 raise ConfigError("--compare-pyscf needs a molecule (--atom or --xyz): saved inputs hold no "
                                   "PySCF object")
-            if mol.basis is not None or mol.frozen_core:
-                raise ConfigError("--basis and --frozen-core apply to --atom/--xyz; saved inputs already fix them")
+            given = [flag for flag, on in (("--basis", mol.basis is not None), ("--frozen-core", mol.frozen_core),
+                                           ("--charge", mol.charge != 0), ("--unit", mol.unit != "angstrom")) if on]
+            if given:
+                raise ConfigError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --atom/--xyz; "
+                                  "saved inputs already fix the molecule")
         elif not mol.basis:
             raise ConfigError("--basis is required with --atom/--xyz (e.g. --basis cc-pvdz)")
 

@@ -118,7 +118,10 @@ BAD_XYZ = {
         (["--atom", WATER, "--inputs", "x.npz"], ["exactly one of --atom, --xyz or --inputs"]),
         ([], ["exactly one of --atom, --xyz or --inputs"]),
         (["--atom", WATER, "--xyz", "count.xyz", "--basis", "sto-3g"], ["--atom or --xyz, not both"]),
-        (["--inputs", "x.npz", "--basis", "sto-3g"], ["--basis and --frozen-core apply to --atom/--xyz"]),
+        (["--inputs", "x.npz", "--basis", "sto-3g"], ["--basis applies to --atom/--xyz"]),
+        (["--inputs", "x.npz", "--charge", "2", "--frozen-core"],
+         ["--frozen-core and --charge apply to --atom/--xyz", "saved inputs already fix the molecule"]),
+        (["--inputs", "x.npz", "--unit", "bohr"], ["--unit applies to --atom/--xyz"]),
     ],
 )
 def test_bad_input_gives_one_line_and_nonzero_exit(tmp_path, capsys, monkeypatch, args, words):
