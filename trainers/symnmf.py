@@ -8,7 +8,8 @@
         --dist.grid 2d
     torchhpc symnmf segment --output runs/segment     # image segmentation demo (scikit-image image)
 
-min ||A - H H^T||_F^2 over H >= 0; each node's cluster is the argmax of its row of H.  A run writes
+min ||A - H H^T||_F^2 over H >= 0; each node's cluster comes from H (--solver.assign: the argmax of its row,
+k-means on the rows of D^-1/2 H, or auto: the better fitting of the two).  A run writes
 runs/symnmf/<id>/ (or --output DIR): config.yaml, metrics.jsonl (residual and seconds per phase per
 iteration), summary.json (residual, iterations, time, ARI/NMI given labels), H.pt, labels.txt,
 convergence.png.  --json prints the summary as one JSON object.  --device, --threads, --nproc and
