@@ -364,6 +364,11 @@ def analyze(dag: ExprDAG, options: BoundOptions | None = None, *, progress: bool
     res = Analysis(dag.name, results, dag.num_ops, dag.num_nodes, time.perf_counter() - t0, peak, str(dev))
     res.cut_level = cut_level
     res.notes = list(getattr(dag, "notes", []))
+    if isinstance(abstraction, tuple) and cut_level is None:  # asked for, and no level there to cut at
+        why = ("the closed form of a linear kernel was used instead" if linear_used else
+               f"the DAG is {depth} level(s) deep and no level in {abstraction[0]}:{abstraction[1]} has nodes used "
+               "above it")
+        res.notes.append(f"--abstraction {abstraction[0]}:{abstraction[1]} made no cut: {why}")
     res.linear = linear_used
     res.linear_cut = lin_cut[0] if (not use_bb and lin_cut) else None
     res.options = {"inputs": opts.inputs, "bb_iters": opts.bb_iters, "bb_batch": opts.bb_batch,

@@ -110,6 +110,16 @@ def test_abstraction_spec_is_checked():
         BoundOptions(abstraction="9:3")
 
 
+def test_an_abstraction_window_beyond_the_dag_says_it_made_no_cut():
+    """--abstraction 100:200 on a two-level DAG cuts nothing; the analysis says so in a note (it was silent)."""
+    dag = parse_satire("INPUTS {\n x fl64 : (1, 2);\n}\nOUTPUTS {\n y;\n}\nEXPRS {\n y rnd64 = x*x + x;\n}\n")
+    res = analyze(dag, BoundOptions(abstraction="100:200"))
+    assert res.cut_level is None
+    assert res.notes == ["--abstraction 100:200 made no cut: the DAG is 2 level(s) deep and no level in 100:200 "
+                         "has nodes used above it"]
+    assert analyze(dag, BoundOptions(abstraction="off")).notes == []
+
+
 _SMALL = sorted((shared_data_dir() / "fperror"
                  / "satire_fpbench_style").glob("*.txt"))
 
