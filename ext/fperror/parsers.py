@@ -1071,7 +1071,12 @@ def load(path: str | Path, fmt: str = "auto", inputs: str = "exact", progress: b
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not a text file (byte {exc.start} is not UTF-8); expected a Satire, "
                          "FPTaylor or FPCore file") from None
-    return parse(text, str(path), fmt, inputs, progress)
+    try:
+        return parse(text, str(path), fmt, inputs, progress)
+    except InputError as exc:  # a check past the parser (an empty range, ...) names line:column only
+        if re.match(r"\d+:\d+: ", str(exc)):
+            raise InputError(f"{path}:{exc}") from None
+        raise
 
 
 def parse(text: str, path: str = "<string>", fmt: str = "auto", inputs: str = "exact",

@@ -245,3 +245,11 @@ def test_a_binary_file_is_one_line(tmp_path):
     f.write_bytes(b"\x00\xff\xfe\x89PNG")
     with pytest.raises(InputError, match="garb.txt: not a text file"):
         load(f)
+
+
+def test_an_empty_fpcore_range_names_the_file(tmp_path):
+    """A :pre whose range is empty is found past the parser: the line still names the file, then line:column."""
+    f = tmp_path / "e.fpcore"
+    f.write_text("(FPCore (x) :pre (<= 3 x 1) (+ x 1))\n")
+    with pytest.raises(InputError, match=r"e\.fpcore:1:1: empty input range for 'x'"):
+        load(f)
