@@ -190,7 +190,7 @@ def sliced_layout(nocc: int, nvir: int, ntriples: int, max_memory_mb: float,
     if budget < least:
         raise InputError(
             f"max_memory={max_memory_mb:g} MB is too small for nocc={nocc}, nvir={nvir} even out of core: "
-            f"the (T) needs at least {math.ceil(least / 2**20)} MB (three integral slices and one triple's "
+            f"the (T) needs at least {math.ceil(least / 2**20 * 100) / 100:g} MB (three integral slices and one triple's "
             "buffers)"
         )
     if block_triples is not None and block_triples < 1:

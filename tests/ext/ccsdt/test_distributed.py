@@ -170,8 +170,16 @@ def test_out_of_core_report_and_too_small_budget(water, tmp_path, capsys):
     assert out["mode"] == "out-of-core" and abs(out["e_t"] - water["pyscf"]) < 1e-10
     assert main(["--inputs", str(water["npz"]), "--max-memory", "1"]) == 0
     assert "out of core   " in capsys.readouterr().out
-    with pytest.raises(InputError, match=r"too small .* even out of core: the \(T\) needs at least 1 MB"):
+    with pytest.raises(InputError, match=r"too small .* even out of core: the \(T\) needs at least ") as err:
         triples_energy(*water["inputs"].arrays(), max_memory=0.3)
+    # the least budget it names is enough, and a little less is not (it was rounded up to a whole MB)
+    import re
+
+    least = float(re.search(r"needs at least ([0-9.]+) MB", str(err.value))[1])
+    assert least < 1.0
+    assert abs(triples_energy(*water["inputs"].arrays(), max_memory=least) - water["pyscf"]) < 1e-10
+    with pytest.raises(InputError, match="needs at least"):
+        triples_energy(*water["inputs"].arrays(), max_memory=least * 0.98)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA: host-to-device streams")
