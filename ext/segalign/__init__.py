@@ -16,7 +16,7 @@ _EXPORTS = {
     "SegalignTour": "config",
     "SequenceSet": "fasta", "from_strings": "fasta", "parse_fasta": "fasta", "read_fasta": "fasta",
     "HSPs": "ops", "ungapped_hsps": "ops", "xdrop_extend": "ops", "xdrop_extend_torch": "ops",
-    "Alignment": "output", "write_general": "output", "write_maf": "output", "write_segments": "output",
+    "Alignment": "output", "write_general": "output", "write_maf": "output", "write_maf_file": "output", "write_segments": "output",
     "hoxd70": "scoring", "read_scoring_file": "scoring",
     "SEEDS": "seed_patterns", "parse_seed": "seed_patterns",
     "build_index": "seeds", "seed_hits": "seeds",

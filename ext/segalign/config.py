@@ -156,7 +156,8 @@ class AlignCommand(PipelineOptions):
     target: str = option(help="target FASTA (.fa or .fa.gz; many records)", positional=True)
     query: str = option(help="query FASTA (.fa or .fa.gz; many records)", positional=True)
     output: str | None = option(None, help="write the alignments to this file (null or -: standard output)")
-    format: str = option("maf", help="maf or maf- (LASTZ maf-, no header), general (LASTZ's tabular format) or "
+    format: str = option("maf", help="maf (with the ##maf header line), maf- (LASTZ maf-: the blocks alone), general "
+                                     "(LASTZ's tabular format) or "
                                      "segments (LASTZ --segments input, one HSP a line)", choices=FORMATS)
     stats: bool = option(False, help="print counters, timings and the backend that ran as JSON on standard error")
     dist: AlignDist = option(default_factory=AlignDist,

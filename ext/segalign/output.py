@@ -85,6 +85,13 @@ def write_maf(alns: list[Alignment], fh: TextIO) -> None:
                  f"{a.q_text}\n\n")
 
 
+def write_maf_file(alns: list[Alignment], fh: TextIO) -> None:
+    """MAF with its header line (``--format maf``, as LASTZ's): ``##maf version=1``, which MAF readers
+    expect first, then the blocks of :func:`write_maf`."""
+    fh.write("##maf version=1 scoring=torchhpc.align\n")
+    write_maf(alns, fh)
+
+
 GENERAL_HEADER = ("#score\tname1\tstrand1\tsize1\tzstart1\tend1\tname2\tstrand2\tsize2\tzstart2\tend2\t"
                   "identity\tidPct\tcoverage\tcovPct\n")
 
@@ -111,7 +118,7 @@ def write_segments(alns: list[Alignment], fh: TextIO, header: bool = True) -> No
                  f"{a.score}\n")
 
 
-WRITERS = {"maf": write_maf, "maf-": write_maf, "general": write_general, "segments": write_segments}
+WRITERS = {"maf": write_maf_file, "maf-": write_maf, "general": write_general, "segments": write_segments}
 
 
 def _to_stdout(path: str | os.PathLike | None) -> bool:
