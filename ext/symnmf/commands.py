@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -160,8 +159,10 @@ def _report(summary: dict, as_json: bool) -> None:
           f"init {summary['init']}, restarts {summary['restarts']}{kept}, labels by {summary['assigned_by']}: residual {summary['residual']:.6f} "
           f"after {summary['iterations']} iterations ({summary['stopped_by']}), {summary['time_s']:.2f} s"
           f"{scores}\n  -> {summary['run_dir']}", flush=True)
+    from torchhpc.ext.core.errors import warn
+
     for note in summary.get("warnings", []):
-        print(f"  warning: {note}", file=sys.stderr)
+        warn(note)
 
 
 def segment(cfg: SegmentOptions) -> int:
