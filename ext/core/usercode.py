@@ -138,8 +138,9 @@ def load_function(spec: str, what: str) -> UserFunction:
     """The function named by ``MODULE:function`` or ``path/FILE.py:function``.
 
     A ``.py`` path is run as a fresh module each time (registered in ``sys.modules`` under
-    ``torchhpc_user_<stem>``, as the pickling and tracing of its classes need); a module name is
-    imported, from the current directory too (as ``python -m`` would find it).
+    ``torchhpc_user_<stem>``, as the pickling and tracing of its classes need), its folder on the
+    import path (its sibling modules import); a module name is imported, from the current directory
+    too (as ``python -m`` would find it).
 
     Raises:
         InputError: a malformed ``spec``, no such file, a syntax error (``file:line:column``), an
@@ -158,6 +159,9 @@ def load_function(spec: str, what: str) -> UserFunction:
             mspec = importlib.util.spec_from_file_location(name, path)
             if mspec is None or mspec.loader is None:
                 raise InputError(f"{what}: cannot import {mod_name}")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:  # its sibling modules import as `python FILE.py` would find them
+                sys.path.append(folder)  # last: a file there never shadows an installed package
             mod = importlib.util.module_from_spec(mspec)
             sys.modules[name] = mod
             try:

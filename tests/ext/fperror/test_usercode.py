@@ -142,3 +142,19 @@ def test_a_module_in_the_current_directory_is_found(tmp_path, monkeypatch, capsy
     assert "out" in capsys.readouterr().out
     assert sys.path[-1] == str(tmp_path)
     sys.modules.pop("fperror_cwd_kernels", None)
+
+
+def test_a_file_imports_the_modules_beside_it(tmp_path, monkeypatch, capsys):
+    """`trace pkg/kernels.py:step` where kernels.py does `from helpers_beside import scale`: the file's folder
+    is on the import path, as `python pkg/kernels.py` would have it (was ModuleNotFoundError)."""
+    import sys
+
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "helpers_beside.py").write_text("def scale(u):\n    return u * 0.5\n")
+    (pkg / "kernels.py").write_text("from helpers_beside import scale\n\ndef step(u):\n    return scale(u) + 0.25\n")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(pkg)])
+    monkeypatch.delitem(sys.modules, "helpers_beside", raising=False)
+    assert main(["trace", f"{pkg / 'kernels.py'}:step", "--ranges", "u=0:1"]) == 0
+    assert "out" in capsys.readouterr().out
+    sys.modules.pop("helpers_beside", None)
