@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextvars
 import dataclasses
 import math
 import types
@@ -265,6 +266,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: merged below, its keys may be overridden
+            continue
         key = loader.construct_object(key_node, deep=deep)
         try:
             hash(key)
@@ -365,6 +368,31 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
         ConfigError: missing file, invalid YAML, unknown key, wrong type or value out of range;
             the message names the file (or the flag) and the dotted key.
     """
+    pending: list[str] = []  # the renamed keys' warnings: said once the config has loaded (an error is one line)
+    token = _PENDING.set(pending)
+    try:
+        config = _load_config(cls, path, overrides)
+    finally:
+        _PENDING.reset(token)
+    for line in pending:
+        warn(line)
+    return config
+
+
+#: where the renamed keys' warnings of the config being loaded wait (None: say them at once)
+_PENDING: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("torchhpc_config_warnings", default=None)
+
+
+def _warn(line: str) -> None:
+    """A warning about the config being loaded: kept until it has loaded (see :func:`load_config`)."""
+    pending = _PENDING.get()
+    if pending is None:
+        warn(line)
+    else:
+        pending.append(line)
+
+
+def _load_config(cls: type[T], path: str | Path | None, overrides: Sequence[Override]) -> T:
     data = read_yaml(path) if path is not None else {}
     where = str(path) if path is not None else "<defaults>"
     _rename_keys(cls, data, where)
@@ -397,7 +425,7 @@ def _renamed_path(cls: type, parts: list[str], where: str) -> list[str]:
     dotted = ".".join(parts)
     for old, new in getattr(cls, "RENAMED", {}).items():
         if dotted == old or dotted.startswith(old + "."):
-            warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
+            _warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
             return new.split(".") + parts[len(old.split(".")):]
     return parts
 
@@ -407,7 +435,7 @@ def _legacy_value(cls: type, new_key: str, value: Any, where: str) -> Any:
     table = getattr(cls, "LEGACY_VALUES", {}).get(new_key, {})
     try:
         if value in table:
-            warn(f"{where}: '{new_key}: {yaml.safe_dump(value).split(chr(10))[0]}' now reads "
+            _warn(f"{where}: '{new_key}: {yaml.safe_dump(value).split(chr(10))[0]}' now reads "
                  f"'{new_key}: {table[value]}' (the same meaning under the new name)")
             return table[value]
     except TypeError:  # an unhashable value (a list, a mapping) has no legacy meaning
@@ -431,7 +459,7 @@ def _rename_keys(cls: type, data: dict[str, Any], where: str) -> None:
                 parent = parent[p]
             if parent[old_parents[depth - 1]] == {}:
                 del parent[old_parents[depth - 1]]
-        warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
+        _warn(f"{where}: key '{old}' is now '{new}' (the old name still loads; please rename it)")
         *new_parents, new_leaf = new.split(".")
         target = data
         for p in new_parents:

@@ -156,8 +156,27 @@ def test_renamed_keys_still_load_with_one_warning(tmp_path, capsys):
     assert load_config(_Renamed, None, ["timeout=12"]).dist.timeout_s == 12.0
     assert "key 'timeout' is now 'dist.timeout_s'" in capsys.readouterr().err
     f.write_text("timeout: 30\ndist:\n  timeout_s: 40\n")
+    capsys.readouterr()
     with pytest.raises(ConfigError, match="both 'timeout' and its new name 'dist.timeout_s'"):
         load_config(_Renamed, f)
+    # a config that fails to load says only its error (the rename's warning would be a second line)
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match="out of range"):
+        load_config(_Renamed, None, ["timeout=-1"])
+    assert capsys.readouterr().err == ""
+
+
+def test_yaml_merge_keys_load(tmp_path):
+    """`<<: *anchor` merges a mapping (the duplicate-key check used to call it invalid YAML); a key written
+    next to the merge overrides the merged one, and a key written twice is still refused."""
+    from torchhpc.ext.core.config import read_yaml
+
+    f = tmp_path / "m.yaml"
+    f.write_text("defaults: &d\n  a: 1\n  b: 2\nx:\n  <<: *d\n  b: 3\n")
+    assert read_yaml(f)["x"] == {"a": 1, "b": 3}
+    f.write_text("x:\n  a: 1\n  a: 2\n")
+    with pytest.raises(ConfigError, match="appears twice"):
+        read_yaml(f)
 
 
 def test_an_old_key_with_a_value_of_its_old_meaning_loads_in_the_new_meaning(tmp_path, capsys):
