@@ -101,7 +101,7 @@ class SearchOptions(Options):
                          help="search levels, coarse to fine, from module, line, op (comma-separated)")
     spread: int = option(12, ge=1, flag="--spread",
                          help="a fixing set larger than this is reported as status spread (no small culprit)")
-    max_runs: int = option(2000, ge=1, flag="--max-runs", help="stop the search after this many runs")
+    max_runs: int = option(2000, ge=1, flag="--max-runs", help="stop the search after this many runs (status out_of_runs)")
     check_minimal: bool = option(True, flag="--check-minimal", neg_flag="--no-check-minimal",
                                  help="check that removing any culprit breaks the fix (one run per culprit)")
 

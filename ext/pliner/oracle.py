@@ -18,7 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from torchhpc.ext.core.errors import ConfigError, InputError
+from torchhpc.ext.core.errors import ConfigError, InputError, TorchHPCError
+from torchhpc.ext.core.usercode import describe_exception
 
 from .config import Precision
 
@@ -169,7 +170,14 @@ class Oracle:
             if self.runs >= self.max_runs:
                 raise RunBudgetExceeded(self.runs)
             t0 = time.perf_counter()
-            out = self._run(key)
+            try:
+                out = self._run(key)
+            except TorchHPCError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the user's model failing with part of it in float64
+                raise InputError(f"the model fails with {len(key)} region(s) run in float64: {describe_exception(exc)} "
+                                 "(a tensor the model keeps as a plain attribute, not a parameter or buffer, stays "
+                                 "float32: register it as a buffer)") from exc
             m = self.metric
             self.cache[key] = float(m(self.reference, out)) if callable(m) else divergence(self.reference, out, m)
             self.seconds += time.perf_counter() - t0

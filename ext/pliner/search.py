@@ -90,7 +90,7 @@ def ddmin(oracle: Oracle, cands: list[Region], fixed: frozenset = frozenset()) -
 class FindResult:
     """What :func:`find` returns: the status, the culprits, the errors and the cost of the search."""
 
-    status: str  # found | no_divergence | not_fixable | spread
+    status: str  # found | no_divergence | not_fixable | spread | out_of_runs
     message: str
     reference: str
     problem: str
@@ -133,7 +133,8 @@ class FindResult:
                f"{'ops' if self.engine == 'graph' else 'modules'}"
                + ("" if self.minimal is None else f", minimal: {'yes (checked)' if self.minimal else 'no'}")]
         if self.culprits:
-            out.append("  culprits:")
+            out.append("  candidates (not isolated: the runs ran out):" if self.status == "out_of_runs"
+                       else "  culprits:")
             for c in self.culprits:
                 if self.engine == "graph":
                     out.append(f"    {c['node']:<16} {c['op']:<24} {c['module']:<24} {short_line(c['line'])}"
@@ -142,7 +143,9 @@ class FindResult:
                     out.append(f"    module {c['module']} ({c['module_type']})")
         if self.status == "found" and not self.recipe:
             out.append("  recipe: none verified (line recipes need eager mode; under torch.compile move the culprit "
-                       "code into a submodule and wrap it with HighPrecision)")
+                       "code into a submodule and wrap it with HighPrecision)" if self.engine == "graph" else
+                       "  recipe: none verified (wrapping the culprit modules with HighPrecision did not bring the "
+                       "divergence under the tolerance)")
         if self.recipe:
             out.append(f"  recipe (keep in float64): modules={self.recipe.modules} "
                        f"lines={[short_line(ln) for ln in self.recipe.lines]}"
@@ -246,7 +249,11 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
 
     res.error_before = oracle.error(frozenset())
     root = prog.root()
-    res.error_all = oracle.error(root.atoms)
+    try:
+        res.error_all = oracle.error(root.atoms)
+    except RunBudgetExceeded:
+        return finish("out_of_runs", f"--max-runs {opts.max_runs} allows no run beyond the plain problem run: "
+                                     "nothing was searched (give at least 2)")
     if res.error_all > opts.tol:
         return finish("not_fixable", f"enhancing the whole model to float64 leaves divergence {res.error_all:.3e} "
                                      f"> tol {opts.tol:g}: the divergence is not a precision loss the problem "
@@ -289,7 +296,8 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
     except RunBudgetExceeded:
         res.atoms = _atoms(kept)
         res.culprits = prog.describe(res.atoms)
-        return finish("spread", f"the search used its {opts.max_runs} runs without isolating a small set")
+        return finish("out_of_runs", f"the search used its {opts.max_runs} runs (--max-runs) before it finished: "
+                                     f"{len(res.atoms)} candidate region(s) kept so far, not verified")
     res.atoms = _atoms(kept)
     res.error_after = oracle.error(res.atoms)
     res.culprits = prog.describe(res.atoms)

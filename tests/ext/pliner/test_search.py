@@ -81,6 +81,38 @@ def test_statuses_no_divergence_not_fixable_spread():
     assert sum(c["op"] == "aten.linear.default" for c in res.culprits) == 8
 
 
+def test_running_out_of_runs_is_its_own_status_and_a_float64_failure_is_one_error():
+    """--max-runs 1 leaves no run for the search: status out_of_runs, nothing listed (it was a
+    RunBudgetExceeded traceback); a budget that ends mid-search says so and lists what it kept as candidates
+    (it said spread).  A model that fails once part of it runs in float64 (a float32 tensor held as a plain
+    attribute, in the module-level search) is one InputError naming it (it was a traceback from inside the
+    search)."""
+    from torchhpc.ext.core.errors import InputError
+
+    model, inputs = tiny_transformer()
+    res = find(model, inputs, problem="autocast-bf16", options=SearchOptions(tol=1e-2, max_runs=1))
+    assert res.status == "out_of_runs" and "nothing was searched" in res.message and not res.culprits
+    res = find(model, inputs, problem="autocast-bf16", options=SearchOptions(tol=1e-2, max_runs=5))
+    assert res.status == "out_of_runs" and res.runs == 5 and res.culprits
+    assert "candidates (not isolated" in res.report()
+
+    class Held(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.lin = torch.nn.Linear(8, 8)
+            self.W = torch.randn(8, 8)  # not a buffer: module.double() leaves it float32
+
+        def forward(self, x):
+            y = self.lin(x)
+            if y.sum() > 0:  # data-dependent: FX cannot capture it, the search runs module by module
+                y = y * 2
+            return y @ self.W
+
+    with pytest.raises(InputError, match="the model fails with .* run in float64: RuntimeError.*register it as a buffer"):
+        find(Held().eval(), (torch.randn(4, 8),), problem="autocast-bf16", options=SearchOptions(tol=1e-4))
+
+
 def test_untraceable_model_falls_back_to_module_search():
     """A model with data-dependent control flow: FX capture fails, the module search still finds blocks.1.a."""
 
