@@ -196,6 +196,33 @@ def _check_finite_reference(ref_out, cfg: Precision) -> None:
                          "(fix the model or its inputs, or choose another --reference)")
 
 
+def _check_repeatable(model, inputs, cfg: Precision, ref_out, tol: float, metric) -> None:
+    """A second run of the reference agrees with the first to a tenth of the tolerance: a model whose runs
+    differ by themselves (dropout in train mode, an unseeded random op) has no divergence to attribute to
+    precision.  (A GPU's non-deterministic reductions differ far less than that.)
+
+    Raises:
+        InputError: how much the two runs differ, and the usual cause.
+    """
+    from .oracle import divergence
+
+    again = _run_checked(model, inputs, cfg, "reference")
+    a, b = flat_outputs(ref_out), flat_outputs(again)
+    if len(a) == len(b) and all(x.shape == y.shape and torch.equal(x, y) for x, y in zip(a, b, strict=True)):
+        return
+    if len(a) == len(b) and all(x.shape == y.shape for x, y in zip(a, b, strict=True)):
+        gap = float(metric(ref_out, again)) if callable(metric) else divergence(ref_out, again, metric)
+        if gap <= tol / 10:
+            return
+    else:
+        gap = float("nan")
+    train = [n for n, m in model.named_modules() if m.training and isinstance(m, torch.nn.modules.dropout._DropoutNd)]
+    why = (f"the model is in train mode with dropout ({', '.join(train[:3]) or 'the root'}): return model.eval() "
+           "from the build function") if train else "an unseeded random op, or an op that is not deterministic"
+    raise InputError(f"two runs of the reference configuration {cfg.name} differ by {gap:.3e} (more than a tenth "
+                     f"of the tolerance): {why}; a search needs a model that repeats itself")
+
+
 def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: str | Precision = "fp32",
          problem: str | Precision = "autocast-bf16", options: SearchOptions | None = None,
          metric: Callable | None = None, progress: Callable[[str], None] | None = None,
@@ -225,6 +252,7 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
     t0 = time.perf_counter()
     ref_out = _run_checked(model, inputs, ref_cfg, "reference")
     _check_finite_reference(ref_out, ref_cfg)
+    _check_repeatable(model, inputs, ref_cfg, ref_out, opts.tol, metric or opts.metric)
     plain = _run_checked(model, inputs, prob_cfg, "problem")
     from .oracle import divergence
     before = float(metric(ref_out, plain)) if metric else divergence(ref_out, plain, opts.metric)

@@ -113,6 +113,19 @@ def test_running_out_of_runs_is_its_own_status_and_a_float64_failure_is_one_erro
         find(Held().eval(), (torch.randn(4, 8),), problem="autocast-bf16", options=SearchOptions(tol=1e-4))
 
 
+def test_a_model_that_does_not_repeat_itself_is_refused():
+    """Dropout in train mode: two reference runs differ by far more than the tolerance, so no divergence can be
+    attributed to precision (it was reported as not_fixable); one InputError saying to call .eval()."""
+    from torchhpc.ext.core.errors import InputError
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 8))
+    with pytest.raises(InputError, match=r"two runs of the reference configuration fp32 differ .*train mode with "
+                                         r"dropout \(1\): return model.eval\(\)"):
+        find(model, (torch.randn(4, 8),), options=SearchOptions(tol=1e-2))
+    assert find(model.eval(), (torch.randn(4, 8),), options=SearchOptions(tol=1e-2)).status != ""
+
+
 def test_untraceable_model_falls_back_to_module_search():
     """A model with data-dependent control flow: FX capture fails, the module search still finds blocks.1.a."""
 
