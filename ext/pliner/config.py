@@ -71,17 +71,29 @@ def parse_precision(spec: str | Precision, what: str = "problem") -> Precision:
     """``"autocast-bf16+compile"`` -> :class:`Precision`; ``compile:aot_eager`` picks the compile backend.
 
     Raises:
-        ConfigError: an unknown preset (the message lists the valid ones).
+        ConfigError: an unknown preset (the message lists the valid ones), an empty one, an argument to
+            a preset other than compile, or two presets that set one field two ways.
     """
     if isinstance(spec, Precision):
         return spec
     fields: dict = {}
-    for part in filter(None, (p.strip() for p in str(spec).split("+"))):
-        name, _, arg = part.partition(":")
+    parts = [p.strip() for p in str(spec).split("+")]
+    if not any(parts) or not all(parts):
+        raise ConfigError(f"--{what}: {str(spec)!r} has an empty configuration; give presets joined by + "
+                          f"({', '.join(PRESETS)}), e.g. autocast-bf16+compile")
+    for part in parts:
+        name, colon, arg = part.partition(":")
         if name not in PRESETS:
             raise ConfigError(f"--{what}: unknown configuration {part!r}; valid: {', '.join(PRESETS)} "
                               "(combine with +, e.g. autocast-bf16+compile)")
-        fields.update(PRESETS[name])
+        if colon and name != "compile":
+            raise ConfigError(f"--{what}: {part!r}: only compile takes an argument (compile:BACKEND)")
+        if colon and not arg:
+            raise ConfigError(f"--{what}: {part!r}: name the torch.compile backend after the colon")
+        for key, value in PRESETS[name].items():
+            if key in fields and fields[key] != value:
+                raise ConfigError(f"--{what}: {spec!r} sets {key} twice ({fields[key]} and {value}); keep one")
+            fields[key] = value
         if name == "compile" and arg:
             fields["compile_backend"] = arg
     return Precision(**fields)

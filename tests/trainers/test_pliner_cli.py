@@ -83,6 +83,22 @@ def test_bad_input_is_one_line(models, capsys, target, words):
     assert len(err) == 1 and words in err[0]
 
 
+@pytest.mark.parametrize("spec, words", [
+    ("fp8", "unknown configuration 'fp8'"),
+    ("autocast-bf16+autocast-fp16", "sets autocast twice (bfloat16 and float16)"),
+    ("", "has an empty configuration"),
+    ("fp32+", "has an empty configuration"),
+    ("tf32:foo", "only compile takes an argument"),
+    ("compile:", "name the torch.compile backend"),
+])
+def test_a_bad_configuration_is_one_line(models, capsys, spec, words):
+    """An unknown preset, two presets that set one field two ways (the last won without a word), an empty one
+    (it ran fp32 against fp32), or an argument a preset does not take (it was dropped): one line each."""
+    assert main(["find", "--model", f"{models}:build", "--problem", spec]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
 def test_bad_configuration_and_missing_cuda(models, capsys):
     """An unknown preset, and cuda where there is none, are one-line config errors."""
     assert main(["find", "--model", f"{models}:build", "--problem", "fp8"]) == 1
