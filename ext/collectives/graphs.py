@@ -267,6 +267,8 @@ def parse_size(text: str) -> int:
         raise ConfigError(f"message size {text!r} is negative")
     if number * mult > MAX_MESSAGE_BYTES:
         raise ConfigError(f"message size {text!r} is over the largest, {MAX_MESSAGE_BYTES >> 30}G per edge")
+    if number * mult != int(number * mult):  # 1.5 bytes is no size (1.5K is 1536)
+        raise ConfigError(f"message size {text!r} is not a whole number of bytes")
     return int(number * mult)
 
 

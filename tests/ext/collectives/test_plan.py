@@ -155,6 +155,9 @@ def test_bad_options_are_config_errors():
     with pytest.raises(ConfigError, match="density"):
         random_graph(4, 1.5)
     assert parse_size("4K") == 4096 and parse_size("1M") == MB and parse_size("300") == 300
+    assert parse_size("1.5K") == 1536
+    with pytest.raises(ConfigError, match="'1.5' is not a whole number of bytes"):  # it ran as 1 byte
+        parse_size("1.5")
 
 
 @pytest.mark.parametrize("algo", ALGORITHMS)
