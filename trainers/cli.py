@@ -70,12 +70,24 @@ def leaf_commands(parser: argparse.ArgumentParser | None = None, path: tuple[str
             yield from leaf_commands(child, (*path, name))
 
 
+def _leaf(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.ArgumentParser:
+    """The (sub)command parser that ``words`` name (``pliner find ...`` -> the ``find`` parser)."""
+    for w in words:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or w not in subs[0].choices:
+            break
+        parser = subs[0].choices[w]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``torchhpc`` console script."""
     words = list(sys.argv[1:] if argv is None else argv)
     first = words[0] if words else None
     parser = build_parser(only=first if first in dict(COMMANDS) else None)
-    args = parser.parse_args(words)
+    args, extra = parser.parse_known_args(words)
+    if extra:  # said by the command that got them, so that the line points at its --help
+        _leaf(parser, words).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None else 2

@@ -53,7 +53,9 @@ def test_demo_writes_a_run_folder(cli, tmp_path):
         (["demo", "--config", "does/not/exist.yaml"], ["does/not/exist.yaml: config file not found"]),
         (["demo", "--set", "kraken.batch=0"], ["'kraken.batch'", "out of range"]),
         (["demo", "--set", "steps=[nope]"], ["unknown step 'nope'"]),
-        (["demo", "--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+        (["demo", "--frobnicate"], ["unrecognized arguments: --frobnicate", "(see torchhpc demo --help)"]),
+        (["pliner", "find", "--frobnicate"], ["unrecognized arguments: --frobnicate",
+                                              "(see torchhpc pliner find --help)"]),
         (["nosuchcommand"], ["invalid choice"]),
     ],
 )
