@@ -414,7 +414,9 @@ def open_run(system: str, config: Any, options: RunOptions, ctx: Any = None) -> 
     problem = None
     if rank == 0:
         folder = Path(options.root) / system / run_id
-        if options.resume and not folder.is_dir():
+        if options.resume and not options.run_id:
+            problem = "cannot resume without --run.run-id: name the run folder to continue"
+        elif options.resume and not folder.is_dir():
             problem = f"cannot resume: run folder {folder} does not exist"
         elif not options.resume and holds_a_run(folder):
             problem = already_holds_a_run(folder)

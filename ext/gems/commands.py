@@ -99,6 +99,10 @@ def train(cfg: GemsConfig, verbose: bool = True) -> int:
                 if state0 is not None:
                     split = (None, [tuple(b) for b in state0["bounds"]], step)
                 else:
+                    if cfg.run.resume:
+                        from torchhpc.ext.core.errors import warn
+
+                        warn(f"run {cfg.run.run_id} has no checkpoint to resume from: training starts at step 0")
                     prof = profile(cfg, blocks) if p.balance is None else None
                     split = (prof, stage_bounds(cfg, prof, len(blocks)), None)
         split = agree(split, ctx)

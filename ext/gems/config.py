@@ -54,13 +54,20 @@ class PipelineOptions(Options):
     stages: int = option(2, help="pipeline stages P (one rank each)", ge=1)
     groups: int = option(1, help="data-parallel groups D (Hybrid when > 1); world size = stages x groups", ge=1)
     micro_batches: int = option(1, help="micro-batches per replica per repetition", ge=1)
-    eta: int = option(1, help="MASTER: MAST repetitions per update, gradients accumulated", ge=1)
+    eta: int | None = option(None, help="MASTER: MAST repetitions per update, gradients accumulated (null: 2 for "
+                                        "master, whose eta 1 would be MAST; 1 otherwise)", ge=1)
     balance: list[int] | None = option(None, help="manual split: blocks per stage (null: measured balance)")
     balance_by: str = option("time", help="measured balance of: time | memory | both",
                              choices=["time", "memory", "both"])
     checkpoint_stages: list[int] = option(default_factory=list,
                                           help="stages that recompute activations in backward instead of storing")
     profile_repeats: int = option(2, help="timed repeats per block when profiling", ge=1)
+
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.eta is None:
+            self.eta = 2 if self.schedule == "master" else 1
 
 
 @dataclass

@@ -112,8 +112,11 @@ def action_times(engine, step_s: float) -> tuple[dict[str, list[float]], float, 
 # ----------------------------------------------------------------------------- checks before any collective
 
 RESUME_KEYS = ("model.kind", "model.depth", "model.width", "model.norm", "model.num_classes", "data.image_size",
-               "data.channels", "pipeline.schedule", "pipeline.stages", "pipeline.groups")
-"""Options a resumed run must keep: they fix the shapes of the weights and of the checkpoint shards."""
+               "data.channels", "pipeline.schedule", "pipeline.stages", "pipeline.groups", "pipeline.balance",
+               "pipeline.balance_by")
+"""Options a resumed run must keep: they fix the shapes of the weights and of the checkpoint shards, and the
+stage split (a resumed run keeps the split it was checkpointed with: another one asked for would be
+recorded in its config.yaml but not used)."""
 
 
 def check_job(cfg: GemsConfig, world: int) -> None:
@@ -175,7 +178,7 @@ def check_resume(cfg: GemsConfig) -> None:
     if changed:
         k = changed[0]
         raise InputError(f"cannot resume with {k} = {new[k]!r}: the run's {saved_path} has {k} = {old[k]!r} "
-                         f"(a resumed run keeps its model shape; start a new run to change it)")
+                         f"(a resumed run keeps its model shape and stage split; start a new run to change it)")
 
 
 def intact_checkpoint(run, world: int) -> tuple[int | None, dict | None]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from torchhpc.ext.core.config import ConfigError
-from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.errors import InputError, warn
 from torchhpc.ext.core.launch import relaunch
 from torchhpc.ext.core.runs import Run, open_run
 
@@ -346,6 +346,8 @@ def train(cfg: SchedConfig, verbose: bool = True) -> dict:
         # a resumed run is read and checked before anything in its folder is written
         run = open_run("sched", None if cfg.run.resume else cfg, cfg.run, ctx)
         loaded = resume_point(run, settings, n_envs, ctx) if cfg.run.resume else None
+        if cfg.run.resume and loaded is None and rank == 0:
+            warn(f"run {run.run_id} has no checkpoint to resume from: training starts at epoch 0")
         start_epoch, resumed = loaded if loaded is not None else (0, None)
         summary_path = run.dir / "summary.json"
         if resumed is not None and start_epoch >= P.epochs and summary_path.exists():

@@ -262,7 +262,8 @@ def read_swf(path: str | Path, *, strict: bool = True) -> Trace:
                 reason = _bad_value(vals, parts)
         if reason is not None:
             if strict:
-                raise InputError(f"{p}:{lineno}: malformed SWF line ({reason}); use lenient mode to skip such lines")
+                raise InputError(f"{p}:{lineno}: malformed SWF line ({reason}); to skip such lines give --lenient "
+                                 "(heuristics, eval) or --trace.strict false (train)")
             skipped.append((lineno, reason))
             continue
         rows.append(vals)

@@ -108,9 +108,11 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("change", [("--model.width", "8", "model.width"), ("--model.depth", "20", "model.depth"),
-                                    ("--data.image-size", "8", "data.image_size")])
+                                    ("--data.image-size", "8", "data.image_size"),
+                                    ("--pipeline.balance-by", "memory", "pipeline.balance_by")])
 def test_resume_with_a_changed_model_is_refused_before_anything_is_written(torchhpc_main, tmp_path, change):
-    """Resuming with a different model shape names the key in one line and leaves the run folder as it was."""
+    """Resuming with a different model shape, or another stage split (the resumed run keeps its own, and its
+    config.yaml recorded the new one), names the key in one line and leaves the run folder as it was."""
     flag, value, key = change
     rc, _, err = _train(torchhpc_main, tmp_path, "r", "--train.steps", "2")
     assert rc == 0, err

@@ -53,6 +53,14 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert [r["epoch"] for r in rows] == [1, 2]
     summary = json.loads((run / "summary.json").read_text())
     assert set(summary["eval"]) >= {"rl", "sjf", "f1"} and (run / "learning_curve.png").exists()
+    # a run whose checkpoints are gone: resuming says it starts over (it did so without a word)
+    import shutil
+
+    shutil.copytree(run, tmp_path / "sched" / "bare", ignore=shutil.ignore_patterns("checkpoints"))
+    bare = [a if a != "run.run_id=r" else "run.run_id=bare" for a in common]
+    res = cli("sched", "train", *bare, "--set", "ppo.epochs=1", "--set", "run.resume=true")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "torchhpc: warning: run bare has no checkpoint to resume from: training starts at epoch 0" in res.stderr
     res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--trace-seed", "0",
               "--starts", "500,1500", "--length", "128", "--samples", "2", "--json")
     assert res.returncode == 0, res.stderr[-3000:]

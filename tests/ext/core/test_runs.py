@@ -42,6 +42,9 @@ def test_new_run_refuses_to_overwrite_and_resume_needs_a_run(tmp_path):
         Run("x", Cfg(), root=tmp_path, run_id="a")
     with pytest.raises(InputError, match="does not exist"):
         Run("x", Cfg(), root=tmp_path, run_id="b", resume=True)
+    # resuming without a run id names the flag (it named a run id it had just made up)
+    with pytest.raises(InputError, match="cannot resume without --run.run-id"):
+        open_run("x", Cfg(), RunOptions(root=str(tmp_path), resume=True))
 
 
 @pytest.mark.parametrize("work", ["metrics", "summary", "checkpoint"])

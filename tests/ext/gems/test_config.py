@@ -100,3 +100,11 @@ def test_benchmark_options_keep_their_spellings():
     assert _parse(GemsBench, "--micro-batches", "2").micro_batch_counts == [2]
     with pytest.raises(ConfigError, match="--depth 12"):
         _parse(GemsBench, "--depth", "12")
+
+
+def test_master_repeats_mast_twice_unless_told():
+    """schedule master with no eta runs 2 MAST repetitions per update (eta 1 would be MAST itself, which the
+    README's `--set pipeline.schedule=master` example then ran); other schedules keep 1; a given eta stands."""
+    assert load_config(GemsConfig, DEBUG, ["pipeline.schedule=master"]).pipeline.eta == 2
+    assert load_config(GemsConfig, DEBUG).pipeline.eta == 1
+    assert load_config(GemsConfig, DEBUG, ["pipeline.schedule=master", "pipeline.eta=3"]).pipeline.eta == 3
