@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from torchhpc.ext.core.errors import ConfigError, InputError
+from torchhpc.ext.core.errors import ConfigError, InputError, TorchHPCError
 
 from .config import GemsSimulate
 from .partition import BlockProfile, StageInfo, actions_after, stage_infos
@@ -400,8 +400,11 @@ def calibration_from_run(run_dir: str | Path, profile: BlockProfile, *, bandwidt
     try:
         summary = json.loads(summary_path.read_text())
         rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise InputError(f"--calibrate {run_dir}: cannot read its JSON ({exc})") from None
+    if not isinstance(summary, dict) or not all(isinstance(r, dict) and "step_s" in r for r in rows):
+        raise InputError(f"--calibrate {run_dir}: summary.json is not a gems summary or metrics.jsonl holds a line "
+                         "without step_s (the run's files are damaged)")
     times = summary.get("update_times")
     if not times or not times.get("overhead_s"):
         raise InputError(f"--calibrate {run_dir}: summary.json has no measured action times (update_times); the "
@@ -412,11 +415,41 @@ def calibration_from_run(run_dir: str | Path, profile: BlockProfile, *, bandwidt
                          f"{len(profile.forward_s)} (pass --config {run_dir / 'config.yaml'})")
     stages = stage_infos(profile, bounds)
     warmup = len(rows) - len(times["overhead_s"])
+    if warmup < 0:  # the updates timed in summary.json are more than metrics.jsonl holds: cut or damaged
+        raise InputError(f"--calibrate {run_dir}: metrics.jsonl holds {len(rows)} update(s), fewer than the "
+                         f"{len(times['overhead_s'])} timed in summary.json (the file was cut or damaged)")
     step_s = statistics.median(r["step_s"] for r in rows[warmup:])
     return calibrate(stages, times["spans"], times["overhead_s"], step_s=step_s, schedule=summary["schedule"],
                      micro_batches=summary["micro_batches"], eta=summary["eta"], groups=summary["groups"],
                      micro_batch=summary["micro_batch"], bandwidth=bandwidth, latency=latency,
                      allreduce_bandwidth=allreduce_bandwidth)
+
+
+def _check_calibration_model(run_dir: str | Path, cfg) -> None:
+    """The run calibrated on trained the model the config describes (its ``config.yaml``'s model section):
+    another width or kind would mix that run's times with this model's memory.
+
+    Raises:
+        InputError: the first model option that differs, both values, and the flag that takes the run's.
+    """
+    import dataclasses
+
+    from torchhpc.ext.core.config import load_config
+
+    from .config import GemsConfig
+
+    saved = Path(run_dir) / "config.yaml"
+    if not saved.is_file():
+        return
+    try:
+        run_model = dataclasses.asdict(load_config(GemsConfig, saved).model)
+    except TorchHPCError:
+        return  # calibration_from_run names what is wrong with the run
+    mine = dataclasses.asdict(cfg.model)
+    for key, value in run_model.items():
+        if mine.get(key) != value:
+            raise InputError(f"--calibrate {run_dir}: the run trained model.{key} = {value!r}, the config has "
+                             f"{mine.get(key)!r} (pass --config {saved})")
 
 
 def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
@@ -449,6 +482,7 @@ def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
     what = (f"stages from profiling {cfg.model.kind}-{cfg.model.depth} at {sample_shape(cfg)}, micro-batch "
             f"{prof.micro_batch}; link {opt.bandwidth} GB/s, {opt.latency} us")
     if opt.calibrate:
+        _check_calibration_model(opt.calibrate, cfg)
         cal = calibration_from_run(opt.calibrate, prof, **link)
         infos, corun, overhead = cal.stages, cal.corun_slowdown, cal.overhead_s
         what = (f"stages and machine calibrated on {opt.calibrate}: forward / backward "

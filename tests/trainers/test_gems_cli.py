@@ -89,6 +89,26 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_
               timeout=120)
     assert cal.returncode == 0, cal.stderr
     assert f"calibrated on {run}" in cal.stdout and "co-run slowdown" in cal.stdout
+    # a damaged copy of the run, and a config of another model, are one line each (tracebacks, or a fit on the
+    # warm-up update, or another model's times mixed with this one's memory)
+    import shutil
+
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.gems.simulator import calibration_from_run
+
+    bad = tmp_path / "bad"
+    shutil.copytree(run, bad)
+    (bad / "summary.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="summary.json is not a gems summary"):
+        calibration_from_run(bad, None, bandwidth=1e9, latency=1e-6)
+    shutil.copy(run / "summary.json", bad / "summary.json")
+    (bad / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
+    cut = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(bad), timeout=120)
+    assert cut.returncode == 1 and "holds 1 update(s), fewer than the 3 timed" in cut.stderr, cut.stderr
+    other = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--model.width", "8", "--calibrate",
+                str(run), timeout=120)
+    assert other.returncode == 1 and "the run trained model.width = 4, the config has 8" in other.stderr, other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
 
     first = _torchrun(2, ["--config", DEBUG, "--set", root, "--set", "run.run_id=cut", "--set", "train.steps=2"])
     assert first.returncode == 0, first.stderr[-3000:]
