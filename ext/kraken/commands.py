@@ -175,6 +175,43 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> int:
         return 0
 
 
+def _wait_for_run(ckpt: Path, options: ServeOptions, t_start: float) -> tuple[KrakenConfig, list[Path]]:
+    """The run's config and, for a sharded run, its shards' folders: a replica started beside ``train`` waits
+    (polling) for the run's ``config.yaml`` and first checkpoint, until ``duration`` or ``idle`` runs out.
+    A sharded run's layout is known from its first full checkpoint (``extra.world``): every rank's folder
+    is waited for, not only those that exist at start.
+
+    Raises:
+        InputError: a file, not a folder; no ``config.yaml`` by the time it stops waiting.
+    """
+    from torchhpc.ext.core.errors import InputError
+
+    from .continual import read_checkpoint, run_config
+
+    limit = min(options.duration, options.idle) if options.idle else options.duration
+    while True:
+        try:
+            cfg = run_config(ckpt)
+        except InputError:
+            if (ckpt.exists() and not ckpt.is_dir()) or time.time() - t_start > limit:
+                raise
+            cfg = None
+        if cfg is not None:
+            shards = sorted(d for d in ckpt.glob("rank*") if d.is_dir())
+            if not shards and any(ckpt.glob("full-*.pt")):
+                return cfg, []
+            fulls = sorted(shards[0].glob("full-*.pt")) if shards else []
+            try:
+                world = int(read_checkpoint(fulls[0])["extra"].get("world", len(shards))) if fulls else None
+            except (InputError, OSError, ValueError, TypeError):
+                world = None
+            if world is not None and len(shards) >= world:
+                return cfg, shards
+            if time.time() - t_start > limit:  # nothing (complete) yet: the replica reports what it loaded
+                return cfg, shards
+        time.sleep(options.poll)
+
+
 def serve(options: ServeOptions) -> int:
     """``torchhpc kraken serve``: follow a training run's checkpoints and answer requests between loads.
 
@@ -193,15 +230,15 @@ def serve(options: ServeOptions) -> int:
 
     from torchhpc.ext.core.errors import InputError
 
-    from .continual import ServingReplica, run_config
+    from .continual import ServingReplica
     from .metrics import auc
     from .model import build_model
     from .stream import build_stream
 
     ckpt = Path(options.checkpoint_dir)
-    cfg = run_config(ckpt)
+    t_start = time.time()
+    cfg, shards = _wait_for_run(ckpt, options, t_start)
     requests = options.requests if cfg.stream.source == "synthetic" else 0
-    shards = sorted(ckpt.glob("rank*"))
     model = build_model(cfg, "cpu")
     if shards:  # a sharded run: one collection per shard, IDs routed to their owner
         from .sharded import RoutedEmbeddingCollection
@@ -209,7 +246,7 @@ def serve(options: ServeOptions) -> int:
         model.sparse = RoutedEmbeddingCollection([build_model(cfg, "cpu").sparse for _ in shards])
     replica = ServingReplica(model, ckpt)
     stream = build_stream(cfg)
-    t_start = last_load = time.time()
+    last_load = time.time()
     loads, served, stale = 0, 0, []
     preds, labels, lat = [], [], []
     while True:

@@ -14,9 +14,29 @@ DEBUG = str(REPO / "configs" / "kraken" / "debug.yaml")
 
 
 def test_train_then_serve(cli, tmp_path):
-    res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
-              "--set", "run.progress=false")
-    assert res.returncode == 0, res.stderr
+    """A replica started beside the trainer, before the run exists (as the README shows it), waits for the
+    run's files and follows it to the last step (it used to stop at once: no config.yaml yet); then a
+    replica started on the finished run loads it and serves it."""
+    import subprocess
+
+    from conftest import torchhpc_cli
+
+    run = tmp_path / "kraken" / "r"
+    beside = subprocess.Popen([*torchhpc_cli(), "kraken", "serve", "--checkpoint-dir", str(run / "checkpoints"),
+                               "--until-step", "60", "--duration", "240", "--poll", "0.05", "--requests", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
+                  "--set", "run.progress=false")
+        assert res.returncode == 0, res.stderr
+        served, err = beside.communicate(timeout=240)
+    finally:
+        if beside.poll() is None:
+            beside.kill()
+            beside.wait()
+    assert beside.returncode == 0, err
+    follow = [json.loads(x) for x in served.splitlines() if x.startswith("{")]
+    assert follow[-1]["summary"]["step"] == 60 and follow[-1]["summary"]["loads"] >= 1
     run = tmp_path / "kraken" / "r"
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 60 and 0.0 <= summary["auc"] <= 1.0
