@@ -164,6 +164,8 @@ class Learner:
     world: int
     best: dict[str, Any] = field(default_factory=dict)
     """``{"epoch", "value"}`` of the best held-out score so far (empty: none yet)"""
+    backfill: str = "none"
+    """the backfilling the policy is trained with (``sched eval`` uses it, wherever the checkpoint is copied)"""
 
     def checkpoint_state(self) -> dict[str, Any]:
         """Everything a resumed run needs to continue exactly as this one would."""
@@ -171,7 +173,8 @@ class Learner:
 
         return {"agent": self.agent.state_dict(), "pi_opt": self.pi_opt.state_dict(),
                 "v_opt": self.v_opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                "env_rng": self.vec.rng_states(), **self.settings, "best": self.best, "world_size": self.world}
+                "env_rng": self.vec.rng_states(), **self.settings, "best": self.best, "world_size": self.world,
+                "backfill": self.backfill}
 
 
 def start_learner(cfg: SchedConfig, trace: SchedTrace, settings: dict[str, Any], n_envs: int, ctx: DistContext,
@@ -191,7 +194,8 @@ def start_learner(cfg: SchedConfig, trace: SchedTrace, settings: dict[str, Any],
     else:
         agent = from_checkpoint(resumed, expect=settings, run_id=run_id, device=ctx.device)
     learner = Learner(agent, torch.optim.Adam(agent.actor.parameters(), lr=cfg.ppo.pi_lr),
-                      torch.optim.Adam(agent.critic.parameters(), lr=cfg.ppo.vf_lr), vec, settings, ctx.world_size)
+                      torch.optim.Adam(agent.critic.parameters(), lr=cfg.ppo.vf_lr), vec, settings, ctx.world_size,
+                      backfill=cfg.env.backfill)
     if resumed is not None:
         learner.pi_opt.load_state_dict(resumed["pi_opt"])
         learner.v_opt.load_state_dict(resumed["v_opt"])
@@ -445,9 +449,10 @@ def heuristics_command(opts: HeuristicsOptions) -> int:
 # ----------------------------------------------------------------------------- sched eval
 
 
-def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], Path, str]:
-    """``(epoch, state, folder for plots, backfilling it was trained with)`` of a ``--checkpoint`` value: a run
-    folder, a checkpoint file, or ``pretrained:NAME`` (a shipped policy; plots go to ``runs/sched/pretrained-NAME``).
+def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], Path, str | None]:
+    """``(epoch, state, folder for plots, backfilling it was trained with or None)`` of a ``--checkpoint`` value: a
+    run folder, a checkpoint file, or ``pretrained:NAME`` (a shipped policy; plots go to
+    ``runs/sched/pretrained-NAME``).  The backfilling is the checkpoint's record, else the run's config.yaml's.
 
     Raises:
         InputError: no such run, file or shipped policy, or an unreadable checkpoint.
@@ -464,13 +469,13 @@ def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], 
         return step, state, Path("runs/sched") / f"pretrained-{name}", (info.get("setting") or {}).get(
             "backfill", "none")
     step, state, out_dir = load_checkpoint(spec, which)
+    backfill = state.get("backfill")  # recorded in the checkpoint; before that, only in the run's config.yaml
     cfg = Path(out_dir) / "config.yaml"
-    backfill = "none"
-    if cfg.is_file():
+    if backfill is None and cfg.is_file():
         try:
             backfill = (yaml.safe_load(cfg.read_text()) or {}).get("env", {}).get("backfill", "none")
-        except yaml.YAMLError:
-            backfill = "none"
+        except (yaml.YAMLError, AttributeError, UnicodeDecodeError):
+            backfill = None
     return step, state, Path(out_dir), backfill
 
 
@@ -487,7 +492,10 @@ def eval_command(opts: EvalCommandOptions) -> int:
     from .checkpoints import agent_settings, from_checkpoint
 
     step, state, out_dir, trained_backfill = policy_source(opts.checkpoint, opts.which)
-    backfill = opts.backfill or trained_backfill
+    if not opts.backfill and trained_backfill is None:
+        warn(f"{opts.checkpoint}: the backfilling the policy was trained with is unknown (neither its checkpoint nor "
+             "a readable config.yaml beside it records it): evaluating without backfilling; give --backfill")
+    backfill = opts.backfill or trained_backfill or "none"
     agent = from_checkpoint(state)
     trace = window_trace(opts)
     starts = window_starts(opts, trace)

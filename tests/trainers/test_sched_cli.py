@@ -66,6 +66,20 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert set(out) == {"rl", "fcfs", "sjf", "f1"} and out["rl"]["bsld"] >= 1.0
+    # the checkpoint records the backfilling it was trained with, so a copy away from its run still knows it;
+    # one that does not (older, or no config.yaml beside it) is unknown, and eval says so instead of guessing
+    import torch
+
+    from torchhpc.ext.sched.commands import policy_source
+
+    (tmp_path / "cp").mkdir()
+    blob = torch.load(run / "checkpoints" / "ckpt-00000002.pt", weights_only=False)
+    assert blob["state"]["backfill"] == "none"
+    torch.save(blob, tmp_path / "cp" / "mine.pt")
+    assert policy_source(str(tmp_path / "cp" / "mine.pt"))[3] == "none"
+    del blob["state"]["backfill"]
+    torch.save(blob, tmp_path / "cp" / "old.pt")
+    assert policy_source(str(tmp_path / "cp" / "old.pt"))[3] is None
     res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
               "--length", "128", "--greedy")
     assert res.returncode == 0 and "has the lower bsld: fcfs " in res.stdout and "/2" in res.stdout
