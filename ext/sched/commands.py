@@ -470,6 +470,17 @@ def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], 
             "backfill", "none")
     step, state, out_dir = load_checkpoint(spec, which)
     backfill = state.get("backfill")  # recorded in the checkpoint; before that, only in the run's config.yaml
+    if isinstance(state.get("agent"), dict) and not any(k.startswith("critic.") for k in state["agent"]):
+        # a policy written by `sched export --folder DIR`: its actor, and its card beside it
+        from .zoo import with_untrained_critic
+
+        state = with_untrained_critic(state)
+        card = Path(spec).with_suffix(".json")
+        if backfill is None and card.is_file():
+            try:
+                backfill = ((json.loads(card.read_text()) or {}).get("setting") or {}).get("backfill")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                backfill = None
     cfg = Path(out_dir) / "config.yaml"
     if backfill is None and cfg.is_file():
         try:

@@ -68,9 +68,15 @@ def load_pretrained(name: str, folder: Path | None = None) -> tuple[int, dict[st
     """``(epoch, state)`` of a shipped policy, as :func:`~torchhpc.ext.sched.checkpoints.read_checkpoint` returns
     them."""
     step, state = read_checkpoint(_path(name, folder))
+    return step, with_untrained_critic(state)
+
+
+def with_untrained_critic(state: dict[str, Any]) -> dict[str, Any]:
+    """A policy's state (actor weights only, as :func:`export_policy` writes it) completed with an untrained
+    critic, so that :func:`~torchhpc.ext.sched.checkpoints.from_checkpoint` builds the agent."""
     full = new_agent(**agent_settings(state)).state_dict()  # the critic is not shipped: an untrained one
     state["agent"] = {k: state["agent"].get(k, v) for k, v in full.items()}
-    return step, state
+    return state
 
 
 def pretrained(name: str, device: str | torch.device = "cpu"):

@@ -43,6 +43,15 @@ def test_export_and_load_round_trip(tmp_path):
     assert info["command"] == "cmd" and info["scores"] == {"a": 1} and out.stat().st_size < 16_000
     with pytest.raises(InputError, match="shipped: mine"):
         zoo.card("nope", tmp_path / "pre")
+    # the exported file itself as `sched eval --checkpoint`: its actor with an untrained critic, and the
+    # backfilling from its card (it failed: "the agent weights do not fit its recorded settings")
+    from torchhpc.ext.sched.checkpoints import from_checkpoint
+    from torchhpc.ext.sched.commands import policy_source
+
+    step, state, _, backfill = policy_source(str(out))
+    assert step == 7 and backfill == "rlscheduler"
+    got = from_checkpoint(state).state_dict()
+    assert all(torch.equal(got[k], v) for k, v in agent.state_dict().items() if k.startswith("actor."))
 
 
 @pytest.mark.parametrize("name", zoo.available())
