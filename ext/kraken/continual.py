@@ -56,8 +56,12 @@ def read_checkpoint(path: Path) -> dict:
     try:
         blob = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # a truncated zip, garbage bytes, an unpickling error
-        why = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:160]
-        raise InputError(f"{path.name} ({why})") from None
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        first = re.split(r"(?<=[.!?])\s", first, maxsplit=1)[0]  # torch's first sentence, not its advice
+        if len(first) > 120:
+            first = first[:117].rsplit(" ", 1)[0] + "..."
+        raise InputError(f"{path.name} ({exc.__class__.__name__}: {first})" if first else
+                         f"{path.name} ({exc.__class__.__name__})") from None
     m = re.match(r"^(full|delta)-(\d{8})\.pt$", path.name)
     if not isinstance(blob, dict) or blob.get("kind") not in KINDS or "step" not in blob:
         raise InputError(f"{path.name} (not a kraken checkpoint)")
