@@ -21,7 +21,11 @@ def run_rank(opts: DistcheckOptions) -> int:
     """One rank: run the checks; rank 0 prints one line for the whole job."""
     from torchhpc.ext.core.distcheck import check_collectives
 
-    report = check_collectives(opts.device, opts.timeout)
+    if opts.dist.threads:
+        import torch
+
+        torch.set_num_threads(opts.dist.threads)
+    report = check_collectives(opts.dist.device, opts.dist.timeout_s)
     if report["rank"] == 0:  # one line for the whole job (ranks' stdout would interleave)
         print(json.dumps({k: v for k, v in report.items() if k != "rank"}), flush=True)
     return 0 if report["all_ranks_ok"] else 1
@@ -32,17 +36,18 @@ def launch(opts: DistcheckOptions) -> int:
     from torchhpc.ext.core.launch import check_device, torchrun
 
     check_device(opts)  # a missing GPU is one line here, not every rank's traceback
-    return torchrun("torchhpc.trainers.distcheck", opts.nproc,
-                    ["--device", opts.device, "--timeout", repr(opts.timeout)])
+    d = opts.dist
+    return torchrun("torchhpc.trainers.distcheck", d.nproc,
+                    ["--device", d.device, "--timeout-s", repr(d.timeout_s), "--threads", str(d.threads)])
 
 
 def register(sub) -> None:
-    config_command(sub, "distcheck", DistcheckOptions, launch, description=__doc__,
+    config_command(sub, "distcheck", DistcheckOptions, launch, description=__doc__, config_file=True,
                    help="check torch.distributed (all-reduce, uneven all-to-all) with torchrun")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return job_main("torchhpc.trainers.distcheck", DistcheckOptions, run_rank, __doc__, argv, config_file=False)
+    return job_main("torchhpc.trainers.distcheck", DistcheckOptions, run_rank, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -8,19 +8,30 @@ that a receiver can tell exactly who sent what in which order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from .config import option
+from .config import DistOptions, Options, option
 
 
 @dataclass
-class DistcheckOptions:
-    """Options of ``torchhpc distcheck``."""
+class DistcheckDist(DistOptions):
+    """The shared ``dist`` section, with distcheck's defaults: two processes, a one-minute timeout."""
 
-    nproc: int = option(2, help="processes to launch with torchrun (the torchhpc command only)", ge=1, le=256)
-    device: str = option("auto", help="gloo on cpu, NCCL on cuda; auto picks cuda when present",
+    nproc: int = option(2, flag="--nproc", help="processes to launch with torchrun (the torchhpc command only)",
+                        ge=1, le=256)
+    device: str = option("auto", flag="--device", help="gloo on cpu, NCCL on cuda; auto picks cuda when present",
                          choices=["auto", "cpu", "cuda"])
-    timeout: float = option(60.0, help="collective timeout in seconds: a dead peer fails the job after this",
-                            gt=0, le=86400)
+    timeout_s: float = option(60.0, flag="--timeout-s", gt=0, le=86400,
+                              help="collective timeout in seconds: a dead peer fails the job after this")
+
+
+@dataclass
+class DistcheckOptions(Options):
+    """Options of ``torchhpc distcheck``: the ``dist`` section every job has (``--config``/``--set`` too)."""
+
+    RENAMED: ClassVar[dict[str, str]] = {"nproc": "dist.nproc", "device": "dist.device", "timeout": "dist.timeout_s"}
+
+    dist: DistcheckDist = option(default_factory=DistcheckDist)
 
 
 def check_collectives(device: str = "auto", timeout_s: float = 60.0) -> dict:

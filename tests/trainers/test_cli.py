@@ -101,3 +101,18 @@ def test_output_into_a_closed_pipe_stops_quietly():
     proc.stdout.close()  # the reader leaves before the table is printed
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0 and "Traceback" not in err, err[-2000:]
+
+
+def test_distcheck_takes_the_dist_section_every_job_has(tmp_path):
+    """`distcheck` reads --timeout-s, --threads, --config and --set like every other job (it knew only
+    --nproc, --device and --timeout, which still loads as dist.timeout_s)."""
+    from torchhpc.ext.core.cli import options_from_args
+    from torchhpc.ext.core.distcheck import DistcheckOptions
+    from torchhpc.trainers.cli import build_parser
+
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text("dist:\n  threads: 2\n")
+    parse = lambda *argv: options_from_args(DistcheckOptions, build_parser().parse_args(["distcheck", *argv]))  # noqa: E731
+    d = parse("--timeout-s", "30", "--config", str(cfg), "--set", "dist.nproc=3").dist
+    assert (d.timeout_s, d.threads, d.nproc, d.device) == (30.0, 2, 3, "auto")
+    assert parse("--timeout", "12").dist.timeout_s == 12.0
