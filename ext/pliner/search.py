@@ -283,9 +283,15 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
         return finish("out_of_runs", f"--max-runs {opts.max_runs} allows no run beyond the plain problem run: "
                                      "nothing was searched (give at least 2)")
     if res.error_all > opts.tol:
+        low = sorted({str(t.dtype).replace("torch.", "") for t in flat_outputs(plain)
+                      if t.dtype in (torch.bfloat16, torch.float16)})
+        why = (f"the model's outputs are {' and '.join(low)} under {prob_cfg.name}, and their own rounding (the "
+               f"values handed back, which no op's precision changes) may exceed it: raise --tol above "
+               f"{res.error_all:.1e}, or return float32 outputs" if low else
+               "the divergence is not a precision loss the problem configuration adds (or the tolerance is below "
+               "the reference's own error)")
         return finish("not_fixable", f"enhancing the whole model to float64 leaves divergence {res.error_all:.3e} "
-                                     f"> tol {opts.tol:g}: the divergence is not a precision loss the problem "
-                                     "configuration adds (or the tolerance is below the reference's own error)")
+                                     f"> tol {opts.tol:g}: {why}")
     isolate = ddmin if opts.search == "ddmin" else bisect
     kept: list[Region] = [root]
     try:

@@ -113,6 +113,14 @@ def test_running_out_of_runs_is_its_own_status_and_a_float64_failure_is_one_erro
         find(Held().eval(), (torch.randn(4, 8),), problem="autocast-bf16", options=SearchOptions(tol=1e-4))
 
 
+def test_not_fixable_says_when_the_outputs_themselves_are_low_precision():
+    """A Linear under bf16 autocast hands back bfloat16 values: their rounding alone exceeds tol 1e-3, whatever
+    runs in float64; the not_fixable line says so (it said the divergence was not a precision loss)."""
+    torch.manual_seed(0)
+    res = find(torch.nn.Linear(16, 16).eval(), (torch.randn(4, 16),), options=SearchOptions(tol=1e-3))
+    assert res.status == "not_fixable" and "outputs are bfloat16 under autocast-bf16" in res.message
+
+
 def test_a_model_that_does_not_repeat_itself_is_refused():
     """Dropout in train mode: two reference runs differ by far more than the tolerance, so no divergence can be
     attributed to precision (it was reported as not_fixable); one InputError saying to call .eval()."""
