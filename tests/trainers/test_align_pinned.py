@@ -44,4 +44,7 @@ def test_align_output_pinned(pair, tmp_path, name):
     rc = main(["align", str(pair / "t.fa"), str(pair / "q.fa"), "--output", str(out), *FLAGS[name]])
     assert rc == 0
     text = out.read_text()
+    if name == "default":  # --format maf: the ##maf header line (added after the pin), then the pinned blocks
+        head, _, text = text.partition("\n")
+        assert head == "##maf version=1 scoring=torchhpc.align"
     assert (hashlib.sha256(text.encode()).hexdigest(), _count(text, name)) == PINNED[name]
