@@ -103,6 +103,8 @@ class BenchOptions(Options):
         _check_graph(self.graph, "--graph", self.seed)
         _check_sizes(self.sizes, "--sizes")
         _check_algos(self.algo, "--algo")
+        if self.output is not None and not str(self.output).strip():
+            raise ConfigError("--output: an empty path writes nothing; give a file, or leave --output out")
         if self.intra_node == "shm" and self.dist.device == "cuda":
             raise ConfigError("--intra-node shm exchanges CPU tensors through /dev/shm, but --device cuda puts them "
                               "on the GPU: use --intra-node group (or auto)")

@@ -211,7 +211,7 @@ class SimulateOptions(Options):
             counts = self.device_counts
         except ValueError:
             raise ConfigError(f"--devices must be comma-separated integers, got {self.devices!r}") from None
-        if not counts or min(counts) < 1:
+        if not counts or min(counts) < 1 or any(not x.strip() for x in str(self.devices).split(",")):
             raise ConfigError(f"--devices must list positive device counts, got {self.devices!r}")
         bad = [s for s in self.schedule_names if s not in SCHEDULES]
         if bad or not self.schedule_names:

@@ -54,6 +54,7 @@ def test_model_predicts_every_algorithm(capsys):
     (["collectives", "bench", "--graph", "ring"], "--graph: expected random:DENSITY"),
     (["collectives", "bench", "--sizes", "4Q"], "'4Q'"),
     (["collectives", "bench", "--algo", "direct,ring"], "unknown algorithm 'ring'"),
+    (["collectives", "bench", "--output", ""], "--output: an empty path writes nothing"),
     (["collectives", "model", "--calibration", "/nonexistent/results.json"], "/nonexistent/results.json"),
 ])
 def test_bad_options_are_one_line_errors(argv, words, capsys):

@@ -37,6 +37,8 @@ def test_simulate_options_keep_their_spellings_and_checks():
     assert _parse(GemsSimulate, "--devices", "1024").simulate.device_counts == [1024]
     with pytest.raises(ConfigError, match="--devices must be comma-separated integers"):
         _parse(GemsSimulate, "--devices", "2,x")
+    with pytest.raises(ConfigError, match="--devices must list positive device counts, got '2,,4'"):
+        _parse(GemsSimulate, "--devices", "2,,4")  # an empty count was dropped without a word
     with pytest.raises(ConfigError, match="--schedules"):
         _parse(GemsSimulate, "--schedules", "mast,zero-bubble")
     with pytest.raises(ConfigError, match="--overhead-ms"):
