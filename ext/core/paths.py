@@ -105,14 +105,24 @@ def open_text(path: str | os.PathLike, *, what: str = "input", encoding: str = "
     return io.TextIOWrapper(raw, encoding=encoding, errors="replace", newline=None)
 
 
-def load_numpy(path: str | os.PathLike, *, what: str = "input"):
+def load_numpy(path: str | os.PathLike, *, what: str = "input", one_array: bool = False):
     """``np.load(path)`` without pickles: an ``ndarray`` (``.npy``) or an open ``NpzFile`` (``.npz``; use it
-    in a ``with`` block).
+    in a ``with`` block); ``one_array``: an ``ndarray`` only.
 
     Raises:
-        InputError: the file is missing, empty, truncated, not NumPy's format, or holds Python objects
-            (one line naming ``what`` and the file).
+        InputError: the file is missing, empty, truncated, not NumPy's format, or holds Python objects; with
+            ``one_array``, an ``.npz`` archive (one line naming ``what`` and the file).
     """
+    import numpy as np
+
+    obj = _load_numpy(path, what)
+    if one_array and not isinstance(obj, np.ndarray):
+        obj.close()
+        raise InputError(f"{what} {path}: an .npz archive; give one array as a .npy file")
+    return obj
+
+
+def _load_numpy(path: str | os.PathLike, what: str):
     import zipfile
 
     import numpy as np

@@ -188,11 +188,7 @@ def decompress_file(opts: DecompressOptions) -> dict[str, Any]:
     if opts.original is not None:  # checked before anything is written: a failure leaves no output
         from torchhpc.ext.core.paths import load_numpy
 
-        x = load_numpy(opts.original, what="--original")
-        if not isinstance(x, np.ndarray):
-            x.close()
-            raise InputError(f"--original {opts.original}: an .npz archive; give the one field as a .npy array")
-        x = torch.from_numpy(x)
+        x = torch.from_numpy(load_numpy(opts.original, what="--original", one_array=True))
         if tuple(x.shape) != tuple(y.shape):
             raise InputError(f"shape mismatch: {opts.original} is {tuple(x.shape)}, the restored array "
                              f"{tuple(y.shape)}")

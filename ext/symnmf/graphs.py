@@ -173,10 +173,7 @@ def read_features(path: str | Path) -> np.ndarray:
     if path.suffix == ".npy":
         from torchhpc.ext.core.paths import load_numpy
 
-        X = load_numpy(path, what="--features")
-        if not isinstance(X, np.ndarray):
-            X.close()
-            raise InputError(f"--features {path}: an .npz archive under a .npy name; give one (n, d) array")
+        X = load_numpy(path, what="--features", one_array=True)
     else:
         try:
             X = np.loadtxt(path, delimiter="," if path.suffix == ".csv" else None, ndmin=2)

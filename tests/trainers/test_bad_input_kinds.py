@@ -304,8 +304,11 @@ def test_every_file_output_equal_to_an_input_is_refused_and_the_input_kept(capsy
         assert victim.read_bytes() == before, argv
 
 
-@pytest.mark.parametrize("content", ["empty", "truncated_npz", "objects"])
-@pytest.mark.parametrize("command", ["foresight compress", "foresight original", "symnmf features", "ccsdt inputs"])
+_NUMPY_COMMANDS = ["foresight compress", "foresight original", "symnmf features", "ccsdt inputs"]
+
+
+@pytest.mark.parametrize("command, content", [(c, k) for k in ("empty", "truncated_npz", "objects") for c in _NUMPY_COMMANDS]
+                         + [("foresight original", "archive"), ("symnmf features", "archive")])
 def test_a_numpy_file_that_is_empty_damaged_or_holds_objects_is_one_line(capsys, tmp_path, command, content):
     """Every command that reads a .npy/.npz file says in one line, naming the file, that it is empty, damaged
     or holds Python objects (NumPy's own EOFError, BadZipFile or pickle advice never reaches the user)."""
@@ -319,12 +322,16 @@ def test_a_numpy_file_that_is_empty_damaged_or_holds_objects_is_one_line(capsys,
     elif content == "truncated_npz":
         np.savez(tmp_path / "whole.npz", a=np.arange(1000.0), b=np.ones((30, 30)))
         bad.write_bytes((tmp_path / "whole.npz").read_bytes()[:300])
+    elif content == "archive":  # a whole .npz where one array is read (it was a TypeError traceback)
+        with open(bad, "wb") as fh:
+            np.savez(fh, a=np.ones((4, 4)), b=np.zeros(3))
     elif npz:
         with open(bad, "wb") as fh:
             np.savez(fh, format=objects)
     else:
         np.save(bad, objects, allow_pickle=True)
-    words = {"empty": ["empty or truncated"], "truncated_npz": ["damaged"], "objects": ["Python objects"]}[content]
+    words = {"empty": ["empty or truncated"], "truncated_npz": ["damaged"], "objects": ["Python objects"],
+             "archive": ["an .npz archive; give one array"]}[content]
     if command == "ccsdt inputs":
         rc, _, err = _run(capsys, "ccsdt", "--inputs", bad)
         words = {"empty": ["empty or truncated"]}.get(content, ["cannot read"])
