@@ -185,12 +185,26 @@ def _ccsdt_rows(device: str, sizes, variants: dict, budget_s: float, warm: bool)
 
 def _ccsdt_variants() -> dict:
     from torchhpc.ext.ccsdt import triples_energy
+    from torchhpc.triton_kernels import ccsdt as kernels
+
+    def warps(kernel: str, n: int, backend: str):
+        """The backend with ``kernel`` at ``n`` warps (the default is 8: fewer spills; 4 was the default before)."""
+        def run(a):
+            before = kernels.NUM_WARPS[kernel]
+            kernels.NUM_WARPS[kernel] = n
+            try:
+                return triples_energy(*a, backend=backend)
+            finally:
+                kernels.NUM_WARPS[kernel] = before
+        return run
 
     return {  # the torch backend on CUDA: pair-blocked cuBLAS GEMMs + fused epilogue, blocks from the GPU's memory
         "pair blocks, fused epilogue": lambda a: triples_energy(*a, backend="torch"),
         "fused MMA kernel, tile 8": lambda a: triples_energy(*a, backend="triton-mma", tile=8),
         "fused MMA kernel, tile 16": lambda a: triples_energy(*a, backend="triton-mma", tile=16),
         "fused CUDA-core kernel": lambda a: triples_energy(*a, backend="triton"),
+        "pair blocks, epilogue at 4 warps": warps("epilogue", 4, "torch"),
+        "fused CUDA-core kernel at 4 warps": warps("triples", 4, "triton"),
     }
 
 
@@ -198,11 +212,12 @@ def step_ccsdt(device: str, work: Path) -> list[dict]:
     """(T) in TFLOP/s on the same inputs: the pair-blocked GEMMs with the fused Triton epilogue (the torch
     backend on CUDA), the fused kernel on the FP64 tensor cores (triton-mma, tiles of 8 and 16) and the
     fused kernel on CUDA cores (triton); o=20 v=120 and o=10 v=60 (where auto picks the CUDA-core kernel
-    today). Each variant starts only if the time left covers its rough need (compile + two calls), so the
+    today). The epilogue and the CUDA-core kernel also at 4 warps, their default before it was 8 (which
+    spills less), so one run says which is faster. Each variant starts only if the time left covers its rough need (compile + two calls), so the
     step returns its rows before its limit."""
-    pair, mma8, mma16, fma = list(_ccsdt_variants())
-    sizes = ((20, 120, [(pair, 3), (mma8, 15), (fma, 12), (mma16, 30)]),
-             (10, 60, [(pair, 2), (mma8, 3), (fma, 2)]))
+    pair, mma8, mma16, fma, pair4, fma4 = list(_ccsdt_variants())
+    sizes = ((20, 120, [(pair, 3), (pair4, 3), (mma8, 15), (fma, 12), (mma16, 30)]),
+             (10, 60, [(pair, 2), (mma8, 3), (fma, 2), (fma4, 2)]))
     return _ccsdt_rows(device, sizes, _ccsdt_variants(), budget_s=45.0, warm=True)
 
 

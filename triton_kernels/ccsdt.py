@@ -44,6 +44,14 @@ import torch
 import triton
 import triton.language as tl
 
+#: warps per program of each kernel, by default. Each program holds a TILE^3 block (512 points at tile 8)
+#: of FP64 values and int64 addresses; at 4 warps the registers do not suffice and ptxas (12.8, sm_90a) moves
+#: 320 bytes per thread of the CUDA-core kernel and 504 of the epilogue to local memory; at 8 warps, 0 and 40
+#: (``tests/triton_kernels/test_sm90.py`` holds these budgets). The occupancy is the same either way (255
+#: registers: two programs of 4 warps or one of 8 per SM). The MMA kernel spills least at 8 (368 bytes; 888
+#: at 4, 1,056 at 16).
+NUM_WARPS = {"triples": 8, "epilogue": 8, "mma": 8}
+
 # ----------------------------------------------------------------------------- kernel
 
 
@@ -476,7 +484,7 @@ def _occupied_chunks(n_occ: int, n_vt: int) -> list[tuple[int, int]]:
 def triples_energy_partials(
     t1: torch.Tensor, t2: torch.Tensor, ovvv: torch.Tensor, ovoo: torch.Tensor, ovov: torch.Tensor,
     fock_ov: torch.Tensor, mo_energy: torch.Tensor, occ_idx: torch.Tensor, occ_weight: torch.Tensor,
-    tile: int = 8, num_warps: int = 4,
+    tile: int = 8, num_warps: int | None = None,
 ) -> torch.Tensor:
     """Weighted partial (T) energies, one per (occupied triple, virtual tile triple); their sum is E(T).
 
@@ -501,7 +509,7 @@ def triples_energy_partials(
     for s, n in _occupied_chunks(n_occ, n_vt):  # triple-major: a chunk's partials are one run of out
         _triples_energy_kernel[(n * n_vt,)](
             *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s * n_vt:(s + n) * n_vt],
-            n_vt, o, v, TILE=tile, num_warps=num_warps,
+            n_vt, o, v, TILE=tile, num_warps=num_warps or NUM_WARPS["triples"],
         )
     return out
 
@@ -509,7 +517,7 @@ def triples_energy_partials(
 def epilogue_partials(
     lc: torch.Tensor, lb: torch.Tensor, la: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, ovov: torch.Tensor,
     fock_ov: torch.Tensor, e_occ: torch.Tensor, e_vir: torch.Tensor, occ_idx: torch.Tensor,
-    occ_weight: torch.Tensor, vt_idx: torch.Tensor, vt_weight: torch.Tensor, tile: int = 8, num_warps: int = 4,
+    occ_weight: torch.Tensor, vt_idx: torch.Tensor, vt_weight: torch.Tensor, tile: int = 8, num_warps: int | None = None,
 ) -> torch.Tensor:
     """Weighted partial (T) energies of one block from its GEMM layouts: one per (triple, tile triple).
 
@@ -535,7 +543,7 @@ def epilogue_partials(
         return out
     _epilogue_kernel[(out.numel(),)](
         lc, lb, la, t1, t2, ovov, fock_ov, e_occ, e_vir, occ_idx, occ_weight, vt_idx, vt_weight, out,
-        vt_idx.shape[0], t1.shape[0], v, stride, TILE=tile, num_warps=num_warps,
+        vt_idx.shape[0], t1.shape[0], v, stride, TILE=tile, num_warps=num_warps or NUM_WARPS["epilogue"],
     )
     return out
 
@@ -543,7 +551,7 @@ def epilogue_partials(
 def triples_energy_mma_partials(
     tt: torch.Tensor, at: torch.Tensor, bt: torch.Tensor, t1: torch.Tensor, t2: torch.Tensor, ovov: torch.Tensor,
     fock_ov: torch.Tensor, mo_energy: torch.Tensor, occ_idx: torch.Tensor, occ_weight: torch.Tensor,
-    tile: int = 8, kb: int = 16, num_warps: int = 8, num_stages: int = 1,
+    tile: int = 8, kb: int = 16, num_warps: int | None = None, num_stages: int = 1,
 ) -> torch.Tensor:
     """Weighted partial (T) energies from the fused kernel on FP64 MMA, one per (tile triple, occupied triple).
 
@@ -573,6 +581,6 @@ def triples_energy_mma_partials(
     for s, n in _occupied_chunks(n_occ, n_vt):  # a chunk writes its columns of the (n_vt, n_occ) partials
         _triples_mma_kernel[(n * n_vt,)](
             *args, occ_idx[s:s + n], occ_weight[s:s + n], vt_idx, vt_w, out[s:], n, n_occ, o, v,
-            TILE=tile, KB=kb, num_warps=num_warps, num_stages=num_stages,
+            TILE=tile, KB=kb, num_warps=num_warps or NUM_WARPS["mma"], num_stages=num_stages,
         )
     return out

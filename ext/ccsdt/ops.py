@@ -282,7 +282,7 @@ def triples_backend(requested: str, nvir: int, device: str | torch.device) -> st
 
 
 def triples_energy_triton(t1, t2, ovvv, ovoo, ovov, fock_ov, mo_energy, *, tile: int = 8,
-                          num_warps: int = 4) -> float:
+                          num_warps: int | None = None) -> float:
     """The fused Triton kernel (CUDA, or the CPU under ``TRITON_INTERPRET=1``); tensors already checked."""
     from torchhpc.triton_kernels import ccsdt as K
 

@@ -33,11 +33,21 @@ class Compiled:
     ttir: str
     ptx: str
     cubin_bytes: int
+    num_warps: int = 4
+    shared_bytes: int = 0
+    """shared memory a launch asks for (Triton's layout conversions and pipelining buffers)"""
 
     def base_offsets(self) -> list[tuple[str, str]]:
         """``(pointer argument, offset type)`` of every ``tt.addptr`` applied to a kernel argument (or a
         splat/broadcast of one): an ``i32`` there is an offset that wraps past 2^31 elements."""
         return addptr_offsets(self.ttir)
+
+    def resources(self) -> dict[str, int]:
+        """What one program of this kernel holds on an SM, by the ptxas Triton ships (``-v`` on the PTX):
+        ``registers`` per thread, ``spill_stores``/``spill_loads`` (bytes moved to and from local memory per
+        thread because the registers did not suffice), ``stack`` bytes, and ``threads``/``shared_bytes`` of
+        the launch."""
+        return ptxas_resources(self.ptx) | {"threads": 32 * self.num_warps, "shared_bytes": self.shared_bytes}
 
     def fp64_mma(self) -> bool:
         """Whether the PTX runs FP64 tensor-core MMAs (``mma.sync... .f64``)."""
@@ -75,6 +85,28 @@ def addptr_offsets(ttir: str) -> list[tuple[str, str]]:
         if m and m[1] in origin and kind.get(m[2]) != "arith.constant":
             out.append((origin[m[1]], m[3]))
     return out
+
+
+_USAGE = {"registers": re.compile(r"Used (\d+) registers"), "spill_stores": re.compile(r"(\d+) bytes spill stores"),
+          "spill_loads": re.compile(r"(\d+) bytes spill loads"), "stack": re.compile(r"(\d+) bytes stack frame")}
+
+
+def ptxas_resources(ptx: str) -> dict[str, int]:
+    """Registers, spill bytes and stack of the one kernel in ``ptx``, from ``ptxas -v`` for the PTX's own
+    target (``sm_90a``), the ptxas Triton compiles with."""
+    import subprocess
+    import tempfile
+
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    arch = re.search(r"^\.target\s+(\w+)", ptx, re.M)[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        src = f"{tmp}/k.ptx"
+        with open(src, "w") as f:
+            f.write(ptx)
+        res = subprocess.run([get_ptxas(H200[1]).path, f"-arch={arch}", "-v", src, "-o", f"{tmp}/k.cubin"],
+                             capture_output=True, text=True, check=True)
+    return {name: int(pat.search(res.stderr)[1]) for name, pat in _USAGE.items()}
 
 
 class _H200Driver:
@@ -123,6 +155,7 @@ def compiling_for_h200() -> Iterator[list[Compiled]]:
             signature=dict(src.signature),
             constants={",".join(map(str, k)): v for k, v in src.constants.items()},
             ttir=kernel.asm["ttir"], ptx=kernel.asm["ptx"], cubin_bytes=len(kernel.asm["cubin"]),
+            num_warps=kernel.metadata.num_warps, shared_bytes=kernel.metadata.shared,
         ))
         return kernel
 

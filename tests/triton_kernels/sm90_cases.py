@@ -7,7 +7,8 @@ dimensions equal to 1 (Triton makes such an int a constexpr), multiples of 16 (d
 odd sizes, both dtypes and every constexpr branch.  Nothing runs: under
 :func:`harness.sm90.compiling_for_h200` a launch compiles to PTX and cubin and returns.  The JSON holds,
 per case, either the error or each compiled kernel's signature, its constants, the offset types of the
-addresses taken from its pointer arguments and whether its PTX has FP64 tensor-core MMAs;
+addresses taken from its pointer arguments, whether its PTX has FP64 tensor-core MMAs and what a program
+holds on an SM (registers, spills, threads, shared memory: ``ptxas -v``);
 ``tests/triton_kernels/test_sm90.py`` asserts on it.
 """
 
@@ -210,6 +211,7 @@ CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases]
 
 def main(out: str) -> int:
     report = []
+    usage: dict[str, dict] = {}  # ptxas -v once per distinct PTX
     with compiling_for_h200() as compiled:
         for family in CASES:
             for name, call in family():
@@ -223,7 +225,8 @@ def main(out: str) -> int:
                     row["kernels"].append({"kernel": c.kernel, "signature": c.signature,
                                            "constants": {k: repr(v) for k, v in c.constants.items()},
                                            "base_offsets": c.base_offsets(), "fp64_mma": c.fp64_mma(),
-                                           "cubin_bytes": c.cubin_bytes})
+                                           "cubin_bytes": c.cubin_bytes,
+                                           "resources": usage[c.ptx] if c.ptx in usage else usage.setdefault(c.ptx, c.resources())})
                 report.append(row)
     Path(out).write_text(json.dumps(report, indent=1))
     return 0

@@ -11,7 +11,9 @@ specialisations it would get on the GPU.  These tests then check what only shows
   fixed tables listed in :data:`BOUNDED`;
 * sizes that change from call to call are runtime arguments, not specialisations, so a long run compiles
   each kernel once (segalign's hit count, foresight's shape, kraken's value count);
-* scalars that must stay fp64 reach the kernel as fp64 (a Python float arrives as fp32).
+* scalars that must stay fp64 reach the kernel as fp64 (a Python float arrives as fp32);
+* each program fits an SM (registers x threads, shared memory) and spills no more than its budget
+  (``ptxas -v``: a spill is a local-memory round trip in the kernel's loop).
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ import pytest
 pytest.importorskip("triton")
 
 HERE = Path(__file__).resolve().parent
+
+#: bytes per thread a kernel may spill to local memory (the larger of ptxas's spill stores and loads, over all
+#: its cases), where its registers do not suffice; every kernel not named spills nothing. Spilled values live
+#: in local memory (L1, then L2): each is a memory round trip inside the kernel's hottest loop.
+SPILL_BUDGET = {
+    "_triples_energy_kernel": 140,  # 0 at tile 8 with o, v > 1 (a real run); 140 at o = v = 1, 68 at tile 1
+    "_epilogue_kernel": 40,  # 504 at 4 warps, its default before
+    "_triples_mma_kernel": 620,  # tile 8 at 8 warps; tile 16 spills ~19 kB (not the default)
+    "_ydrop_kernel": 20,  # the overflow-rows branch only (rare: a wall row past the preallocated ones)
+}
+#: one Hopper SM (H100, H200): registers, and the shared memory one program may ask for
+SM90_REGISTERS = 65536
+SM90_SHARED_PER_BLOCK = 227 * 1024
 
 #: pointer arguments that may be indexed with 32-bit offsets: tables of a fixed, small size
 BOUNDED = {("_xdrop_extend_kernel", "table_ptr"): "the 11 x 11 substitution table",
@@ -119,3 +134,25 @@ def test_ccsdt_mma_kernel_runs_on_the_fp64_tensor_cores(report):
     mma = _kernels(report, "ccsdt mma")
     assert len(mma) == 3 and all(k["fp64_mma"] for _, k in mma)
     assert not any(k["fp64_mma"] for _, k in _kernels(report, "ccsdt triples") + _kernels(report, "ccsdt epilogue"))
+
+
+def test_every_program_fits_an_sm90_sm_and_spills_within_budget(report):
+    """Every compiled kernel launches on an H100/H200 (its registers for all its threads and its shared memory
+    fit one SM) and spills no more bytes per thread than SPILL_BUDGET allows (0 for kernels not named). The
+    ccsdt kernels run at 8 warps: at 4 the CUDA-core kernel spilled 320 bytes and the epilogue 504."""
+    kernels = _kernels(report)
+    assert kernels and all("resources" in k for _, k in kernels)
+    too_big = [(case, k["kernel"], k["resources"]) for case, k in kernels
+               if k["resources"]["registers"] * k["resources"]["threads"] > SM90_REGISTERS
+               or k["resources"]["shared_bytes"] > SM90_SHARED_PER_BLOCK]
+    assert not too_big, too_big[:3]
+    spills: dict[str, int] = {}
+    for _, k in kernels:
+        r = k["resources"]
+        spills[k["kernel"]] = max(spills.get(k["kernel"], 0), r["spill_stores"], r["spill_loads"])
+    over = {name: b for name, b in spills.items() if b > SPILL_BUDGET.get(name, 0)}
+    assert not over, over
+    # a budget that is no longer used is lowered, not kept as headroom
+    assert all(spills.get(name, 0) == budget for name, budget in SPILL_BUDGET.items()), spills
+    tile8 = [k["resources"] for case, k in kernels if case.startswith("ccsdt triples o=4 v=16 tile=8")]
+    assert tile8 and all(r["spill_stores"] == r["spill_loads"] == 0 and r["threads"] == 256 for r in tile8)
