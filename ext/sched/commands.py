@@ -27,7 +27,15 @@ from torchhpc.ext.core.errors import InputError, warn
 from torchhpc.ext.core.launch import relaunch
 from torchhpc.ext.core.runs import Run, open_run
 
-from .config import AUTO_DEVICE, EnvOptions, EvalCommandOptions, ExportOptions, HeuristicsOptions, SchedConfig
+from .config import (
+    AUTO_DEVICE,
+    EnvOptions,
+    EvalCommandOptions,
+    ExportOptions,
+    HeuristicsOptions,
+    SchedConfig,
+    WindowOptions,
+)
 from .episodes import VecBatchScheduling
 from .evaluate import (
     draw_starts,
@@ -490,9 +498,66 @@ def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], 
     return step, state, Path(out_dir), backfill
 
 
+def trained_trace(spec: str, out_dir: Path) -> dict[str, Any] | None:
+    """The ``trace`` section a policy was trained with (``path``, ``procs``, ``generate_jobs``, ``generate_seed``):
+    from the run's config.yaml, or a shipped policy's card; None where neither records it. A recorded path that
+    is not there from here is looked up by its name in the shared data's ``swf`` folder (the shipped cards
+    record the path they were trained from)."""
+    import yaml
+
+    from .zoo import PREFIX, card, is_pretrained
+
+    try:
+        if is_pretrained(spec):
+            section = (card(spec[len(PREFIX):]).get("config") or {}).get("trace")
+        else:
+            cfg = out_dir / "config.yaml"
+            section = (yaml.safe_load(cfg.read_text()) or {}).get("trace") if cfg.is_file() else None
+    except (yaml.YAMLError, AttributeError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not isinstance(section, dict):
+        return None
+    path = section.get("path")
+    if path and not Path(path).is_file():
+        from torchhpc.ext.core.data import shared_data_dir
+
+        shared = shared_data_dir() / "swf" / Path(path).name
+        section = {**section, "path": str(shared) if shared.is_file() else path}
+    return section
+
+
+def eval_trace_options(opts: EvalCommandOptions, out_dir: Path) -> tuple[EvalCommandOptions, str]:
+    """``opts`` with the trace the policy was trained on where no trace option chooses one (``--trace``,
+    ``--generate-jobs``, ``--trace-seed``; a generated trace's settings left unset are the defaults, 10,000
+    jobs and seed 0), and where the trace came from: ``given``, ``as trained`` or ``generated``."""
+    import dataclasses
+
+    defaults = WindowOptions()
+    chosen = opts.trace or opts.generate_jobs is not None or opts.trace_seed is not None
+    recorded = None if chosen else trained_trace(opts.checkpoint, out_dir)
+    jobs, seed, trace, procs, source = opts.generate_jobs, opts.trace_seed, opts.trace, opts.procs, "given"
+    if not chosen:
+        source = "generated"
+        path = (recorded or {}).get("path")
+        if path and Path(path).is_file():
+            trace, source = path, "as trained"
+            procs = procs if procs is not None else recorded.get("procs")
+        elif path:
+            warn(f"the policy was trained on {path}, which is not here: evaluating on a generated trace; give "
+                 "--trace")
+        elif recorded and isinstance(recorded.get("generate_jobs"), int) and isinstance(recorded.get("generate_seed"),
+                                                                                          int):
+            jobs, seed, source = recorded["generate_jobs"], recorded["generate_seed"], "as trained"
+    if trace is None:  # a generated trace: the settings left unset are the defaults
+        jobs = defaults.generate_jobs if jobs is None else jobs
+        seed = defaults.trace_seed if seed is None else seed
+    return dataclasses.replace(opts, trace=trace, procs=procs, generate_jobs=jobs, trace_seed=seed), source
+
+
 def eval_command(opts: EvalCommandOptions) -> int:
     """``torchhpc sched eval``: the checkpoint's policy beside the heuristics on the windows; prints the table (or
-    JSON), the windows won, the paired bootstrap ratio, and writes the box plot beside the run.
+    JSON), the windows won, the paired bootstrap ratio, and writes the box plot (``--plot``, else beside the run).
+    Without a trace option the windows come from the trace the policy was trained on, where that is recorded.
 
     Raises:
         InputError: no run folder or checkpoint file at ``opts.checkpoint``, or an unreadable one; a box plot
@@ -507,23 +572,32 @@ def eval_command(opts: EvalCommandOptions) -> int:
         warn(f"{opts.checkpoint}: the backfilling the policy was trained with is unknown (neither its checkpoint nor "
              "a readable config.yaml beside it records it): evaluating without backfilling; give --backfill")
     backfill = opts.backfill or trained_backfill or "none"
+    opts, trace_from = eval_trace_options(opts, out_dir)
     agent = from_checkpoint(state)
     trace = window_trace(opts)
     starts = window_starts(opts, trace)
     # the box plot's path, checked before the windows are scheduled (nothing is created until it is written)
-    png = check_output(out_dir / f"eval_{trace.name}_{backfill}.png", inputs=[opts.trace, opts.checkpoint],
-                       what="the box plot")
+    if opts.plot:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        kinds = FigureCanvasBase.get_supported_filetypes()
+        if Path(opts.plot).suffix.lower().lstrip(".") not in kinds:
+            raise InputError(f"--plot {opts.plot}: the file name must end in one of .{', .'.join(sorted(kinds))} "
+                             "(the box plot's format)")
+    png = check_output(Path(opts.plot) if opts.plot else out_dir / f"eval_{trace.name}_{backfill}_{opts.which}.png",
+                       inputs=[opts.trace, opts.checkpoint], what="the box plot")
     if not opts.json:
         print(f"checkpoint: epoch {step}" + (
             f" (best held-out {state['best']['value']:.2f} at epoch {state['best']['epoch']})"
-            if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}")
+            if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}; trace {trace.name}"
+            + (" (the one it was trained on)" if trace_from == "as trained" else ""))
     rl_rows = evaluate_policy(agent, trace, starts, opts.length, backfill, greedy=opts.greedy,
                               samples=opts.samples, seed=opts.seed, settings=agent_settings(state))
     per_seq = {"rl": rl_rows}
     for name in opts.policy:
         per_seq[name] = evaluate_heuristic(trace, name, starts, opts.length, backfill)
     results = {k: summarise(v) for k, v in per_seq.items()}
-    out_dir.mkdir(parents=True, exist_ok=True)
+    png.parent.mkdir(parents=True, exist_ok=True)
     png = box_plot(per_seq, png, f"{trace.name}, backfill={backfill}, {len(starts)} x {opts.length} jobs")
     if opts.json:
         print(json.dumps(results))

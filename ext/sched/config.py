@@ -326,6 +326,12 @@ class EvalCommandOptions(WindowOptions):
 
     checkpoint: str = option(help="run folder (runs/sched/<id>), checkpoint file, or pretrained:NAME (a policy "
                              "shipped with the package, e.g. pretrained:lublin1-backfill)")
+    trace: str | None = option(None, help="SWF file; null = the trace the policy was trained on (its run's "
+                               "config.yaml, a shipped policy's card), else a generated Lublin–Feitelson trace")
+    generate_jobs: int | None = option(None, help="jobs of the generated trace (no --trace); null = as the policy "
+                                       "was trained, else 10000", ge=100)
+    trace_seed: int | None = option(None, help="seed of the generated trace (no --trace); null = as the policy was "
+                                    "trained, else 0", ge=0)
     backfill: str | None = option(None, help="none | rlscheduler | easy; null = as the policy was trained",
                                   choices=BACKFILLS)
     which: str = option("best", help="checkpoint of a run folder: best on the held-out windows (eval.validate; "
@@ -334,10 +340,14 @@ class EvalCommandOptions(WindowOptions):
     samples: int = option(1, help="sampled runs per window, averaged", ge=1)
     policy: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"],
                                help="heuristics shown beside RL (repeatable)")
+    plot: str | None = option(None, help="the box plot's file (.png); null = beside the run, "
+                              "eval_<trace>_<backfill>_<which>.png")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_heuristics(self.policy, "--policy")
+        if self.plot is not None and not str(self.plot).strip():
+            raise ConfigError("--plot is empty: give the box plot's file, or leave it out to write it beside the run")
         if self.greedy:
             _refuse_ignored(self, ["samples"], "to sampled runs (--greedy makes one argmax pass per window)")
             if not self.random_windows:

@@ -85,7 +85,35 @@ def test_train_resume_and_eval(cli, tmp_path):
     assert res.returncode == 0 and "has the lower bsld: fcfs " in res.stdout and "/2" in res.stdout
     ratio = [x for x in res.stdout.splitlines() if x.startswith("RL bsld / f1 bsld: ")]
     assert len(ratio) == 1 and "paired bootstrap interval over the 2 windows" in ratio[0]
-    assert list(run.glob("eval_*.png"))
+    assert list(run.glob("eval_*_best.png"))
+    # no trace option: the trace the run was trained on (its config.yaml: generated, 3000 jobs), not the
+    # default generated one (10,000 jobs); the same scores as naming it, and the box plot where --plot says
+    window = ["--starts", "500,1500", "--length", "128", "--greedy"]
+    named = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", *window, "--json")
+    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--json", "--plot", str(tmp_path / "p" / "e.svg"))
+    assert named.returncode == res.returncode == 0, res.stderr[-3000:]
+    assert json.loads(res.stdout) == json.loads(named.stdout) and (tmp_path / "p" / "e.svg").stat().st_size > 0
+    default = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "10000", *window, "--json")
+    assert json.loads(default.stdout) != json.loads(res.stdout)
+    res = cli("sched", "eval", "--checkpoint", str(run), *window)
+    assert res.returncode == 0 and "(the one it was trained on)" in res.stdout.splitlines()[0]
+    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--plot", str(tmp_path / "e.txt"))
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [res.stderr.strip()]
+    assert "must end in one of" in res.stderr and ".png" in res.stderr
+
+
+def test_eval_of_a_shipped_policy_reads_the_trace_it_was_trained_on(shared_data, tmp_path, monkeypatch):
+    """A shipped policy's card records the SWF file it was trained on (as a path from the repository); from
+    another folder it is found by its name in the shared data, and a path found nowhere is left as recorded."""
+    from torchhpc.ext.sched.commands import trained_trace
+
+    monkeypatch.chdir(tmp_path)
+    trace = trained_trace("pretrained:lublin1", tmp_path)
+    assert Path(trace["path"]).resolve() == (shared_data / "swf" / "lublin_256.swf").resolve()
+    (tmp_path / "config.yaml").write_text("trace:\n  path: nowhere/mine.swf\n")
+    assert trained_trace(str(tmp_path), tmp_path)["path"] == "nowhere/mine.swf"
+    (tmp_path / "config.yaml").write_text("trace: [1, 2]\n")
+    assert trained_trace(str(tmp_path), tmp_path) is None
 
 
 def test_train_with_the_relative_reward(cli, tmp_path):
