@@ -103,7 +103,7 @@ def train(cfg: GemsConfig, verbose: bool = True) -> int:
                         from torchhpc.ext.core.errors import warn
 
                         warn(f"run {cfg.run.run_id} has no checkpoint to resume from: training starts at step 0")
-                    prof = profile(cfg, blocks) if p.balance is None else None
+                    prof = profile(cfg, blocks, ctx.device) if p.balance is None else None
                     split = (prof, stage_bounds(cfg, prof, len(blocks)), None)
         split = agree(split, ctx)
         if split[0] == "error":

@@ -474,13 +474,16 @@ def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
     for n in opt.device_counts:
         if n % p.stages:
             raise InputError(f"--devices {n} is not a multiple of pipeline.stages = {p.stages}")
-    prof = profile(cfg)
+    from torchhpc.ext.core.device import pick_device
+
+    dev = pick_device(cfg.dist.device)
+    prof = profile(cfg, device=dev)
     link = dict(bandwidth=opt.bandwidth * 1e9, latency=opt.latency * 1e-6,
                 allreduce_bandwidth=(opt.allreduce_bandwidth or opt.bandwidth) * 1e9)
     infos = stage_infos(prof, stage_bounds(cfg, prof))
     corun, overhead = opt.corun_slowdown, opt.overhead_ms * 1e-3
     what = (f"stages from profiling {cfg.model.kind}-{cfg.model.depth} at {sample_shape(cfg)}, micro-batch "
-            f"{prof.micro_batch}; link {opt.bandwidth} GB/s, {opt.latency} us")
+            f"{prof.micro_batch}, on {dev}; link {opt.bandwidth} GB/s, {opt.latency} us")
     if opt.calibrate:
         _check_calibration_model(opt.calibrate, cfg)
         cal = calibration_from_run(opt.calibrate, prof, **link)

@@ -8,6 +8,7 @@ pipeline engine it drives is :class:`~.runtime.PipelineEngine`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
@@ -55,15 +56,28 @@ def build_data(cfg: GemsConfig):
     return SyntheticImages(sample_shape(cfg), cfg.model.num_classes, cfg.data.seed)
 
 
-def profile(cfg: GemsConfig, blocks: list[nn.Module] | None = None) -> BlockProfile:
+def profile(cfg: GemsConfig, blocks: list[nn.Module] | None = None,
+            device: str | torch.device | None = None) -> BlockProfile:
     """Profile every block on one micro-batch ``(micro_batch, C, H, W)`` of the configured data (one process;
-    the global RNG state is left as it was)."""
+    the global RNG state is left as it was), on ``device`` (default: ``dist.device``, where training runs:
+    the split balances the times of the device that will run the stages). Given ``blocks`` are profiled as
+    copies where the device is not theirs, so the caller's model stays where it is.
+
+    Raises:
+        InputError: ``dist.device`` is ``cuda`` where no CUDA device is usable.
+    """
+    from torchhpc.ext.core.device import pick_device
+
     from .partition import profile_blocks
 
-    blocks = blocks if blocks is not None else build_model(cfg)
+    dev = torch.device(device) if device is not None else pick_device(cfg.dist.device)
+    if blocks is None:
+        blocks = [b.to(dev) for b in build_model(cfg)]
+    elif any(p.device != dev for b in blocks for p in b.parameters()):
+        blocks = [copy.deepcopy(b).to(dev) for b in blocks]
     x, _ = build_data(cfg).slice(0, 0, cfg.micro_batch)
-    with torch.random.fork_rng():
-        return profile_blocks(blocks, x, cfg.pipeline.profile_repeats)
+    with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+        return profile_blocks(blocks, x.to(dev), cfg.pipeline.profile_repeats)
 
 
 def stage_bounds(cfg: GemsConfig, prof: BlockProfile | None = None, n_blocks: int | None = None):
@@ -86,13 +100,16 @@ def make_optimizer(cfg: GemsConfig) -> Callable:
 def partition_report(cfg: GemsConfig) -> str:
     """Profile the configured blocks and report the split: per stage blocks, times, parameter and activation
     MiB and the peak with ``pipeline.micro_batches`` micro-batches stashed."""
+    from torchhpc.ext.core.device import pick_device
+
     from .partition import stage_infos, stage_report
 
     torch.set_num_threads(cfg.dist.threads or torch.get_num_threads())
-    prof = profile(cfg)
+    dev = pick_device(cfg.dist.device)
+    prof = profile(cfg, device=dev)
     bounds = stage_bounds(cfg, prof)
     head = (f"{cfg.model.kind} depth {cfg.model.depth}: {len(prof.forward_s)} blocks, micro-batch {prof.micro_batch} "
-            f"of {sample_shape(cfg)}; {cfg.pipeline.stages} stages balanced by "
+            f"of {sample_shape(cfg)}, profiled on {dev}; {cfg.pipeline.stages} stages balanced by "
             f"{'manual balance' if cfg.pipeline.balance else cfg.pipeline.balance_by}")
     return head + "\n" + stage_report(stage_infos(prof, bounds), cfg.pipeline.micro_batches)
 

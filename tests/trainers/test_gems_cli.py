@@ -141,6 +141,34 @@ def test_single_process_train_partition_and_simulate(cli, tmp_path):
     assert bad.returncode == 1 and "--overhead-ms" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_partition_and_simulate_profile_on_the_training_device(cli):
+    """`partition` and `simulate` profile the blocks on --device, where training runs (they profiled on the CPU
+    whatever it said): the report names the device, and CUDA asked for where there is none is one line."""
+    import torch
+
+    part = cli("gems", "partition", "--config", DEBUG, "--device", "cpu", timeout=120)
+    assert part.returncode == 0 and ", profiled on cpu; " in part.stdout.splitlines()[0]
+    if not torch.cuda.is_available():
+        for cmd in ("partition", "simulate"):
+            res = cli("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)
+            assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+                "torchhpc: error: device 'cuda' was requested but no CUDA device is available (use --device cpu)"]
+
+
+def test_profiling_on_another_device_leaves_the_models_blocks_where_they_are():
+    """Training profiles its own blocks on the rank's device: copies go there (here the meta device, which runs
+    the same calls without data), the blocks the engine gets next stay on the CPU."""
+    from torchhpc.ext.core.config import load_config
+    from torchhpc.ext.gems.config import GemsConfig
+    from torchhpc.ext.gems.training import build_model, profile
+
+    cfg = load_config(GemsConfig, DEBUG)
+    blocks = build_model(cfg)
+    prof = profile(cfg, blocks, device="meta")
+    assert len(prof.forward_s) == len(blocks) and prof.param_bytes.sum() > 0
+    assert {p.device.type for b in blocks for p in b.parameters()} == {"cpu"}
+
+
 def test_every_shipped_config_loads():
     """configs/gems/*.yaml all load into the typed config, with world sizes that match their torchrun commands."""
     from torchhpc.ext.core.config import load_config
