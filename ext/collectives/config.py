@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 from torchhpc.ext.core.config import DistOptions, Options, option
@@ -118,6 +118,12 @@ class BenchOptions(Options):
         return _check_algos(self.algo, "--algo")
 
 
+ALPHA_US = 2.0
+"""``collectives model``'s per-message latency (microseconds) without ``--alpha-us`` or a calibration"""
+INTRA_GBPS = 10.0
+"""its intra-node copy bandwidth of one rank (GB/s) without ``--intra-gbps`` or a calibration"""
+
+
 @dataclass
 class ModelOptions(Options):
     """Options of ``torchhpc collectives model``: predict each algorithm's time at scale."""
@@ -127,8 +133,10 @@ class ModelOptions(Options):
     graph: str = option("random:0.002", help="process graph: random:DENSITY, powerlaw:MEAN_DEGREE:EXPONENT or moore:D:R")
     sizes: str = option("64K,256K,1M", help="message sizes per edge, comma-separated (K, M suffixes)")
     seed: int = option(0, help="seed of the random graph", ge=0)
-    alpha_us: float = option(2.0, help="per-message latency, microseconds", gt=0)
-    intra_gbps: float = option(10.0, help="intra-node copy bandwidth of one rank, GB/s (10^9 B/s)", gt=0)
+    alpha_us: float | None = option(None, help=f"per-message latency, microseconds (null: {ALPHA_US}, or the "
+                                    "calibration's)", gt=0)
+    intra_gbps: float | None = option(None, help=f"intra-node copy bandwidth of one rank, GB/s (10^9 B/s) (null: "
+                                      f"{INTRA_GBPS:g}, or the calibration's)", gt=0)
     rank_gbps: float = option(3.0, help="injection bandwidth one rank reaches alone, GB/s", gt=0)
     node_gbps: float = option(12.5, help="injection bandwidth of one node (its NIC), GB/s", gt=0)
     calibration: str | None = option(None, help="results JSON of benchmarks/collectives.py: take the calibrated "
@@ -141,15 +149,11 @@ class ModelOptions(Options):
         super().__post_init__()
         _check_graph(self.graph, "--graph", self.seed)
         _check_sizes(self.sizes, "--sizes")
-        if self.calibration:
-            for key, flag in (("alpha_us", "--alpha-us"), ("intra_gbps", "--intra-gbps")):
-                if getattr(self, key) != _DEFAULTS[key]:
-                    raise ConfigError(f"--calibration {self.calibration} sets the latency and the intra-node "
-                                      f"bandwidth, so {flag} {getattr(self, key):g} would be ignored: give one "
-                                      f"or the other")
-
-
-_DEFAULTS = {f.name: f.default for f in fields(ModelOptions)}
+        for key, flag in (("alpha_us", "--alpha-us"), ("intra_gbps", "--intra-gbps")):
+            if self.calibration and getattr(self, key) is not None:
+                raise ConfigError(f"--calibration {self.calibration} sets the latency and the intra-node "
+                                  f"bandwidth, so {flag} {getattr(self, key):g} would be ignored: give one "
+                                  f"or the other")
 
 
 @dataclass

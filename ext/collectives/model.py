@@ -21,7 +21,7 @@ import numpy as np
 
 from torchhpc.ext.core.errors import ConfigError, InputError
 
-from .config import ModelOptions
+from .config import ALPHA_US, INTRA_GBPS, ModelOptions
 from .graphs import parse_graph
 from .plan import ALGORITHMS, CostModel, Plan, build_plan, node_of_ranks, plan_cost
 from .sizing import check_model_fits
@@ -84,7 +84,9 @@ def compare_measured(run: dict, model: CostModel) -> list[dict]:
 
 
 def model_from_options(opts: ModelOptions) -> CostModel:
-    model = CostModel(alpha=opts.alpha_us * 1e-6, beta_intra=opts.intra_gbps * 1e9, beta_rank=opts.rank_gbps * 1e9,
+    alpha_us = ALPHA_US if opts.alpha_us is None else opts.alpha_us
+    intra_gbps = INTRA_GBPS if opts.intra_gbps is None else opts.intra_gbps
+    model = CostModel(alpha=alpha_us * 1e-6, beta_intra=intra_gbps * 1e9, beta_rank=opts.rank_gbps * 1e9,
                       beta_node=opts.node_gbps * 1e9)
     if opts.calibration:
         doc = _load(opts.calibration)

@@ -183,7 +183,8 @@ class BenchOptions(Options):
     path: str | None = option(None, help="criteo: the log (TSV, gzip'd TSV or Parquet); its first steps x batch-size "
                                          "lines are the stream")
     steps: int = option(1500, help="batches of the stream", ge=2)
-    vocab: int = option(20_000, help="synthetic: popularity ranks per feature", ge=1)
+    vocab: int | None = option(None, help="synthetic: popularity ranks per feature (null: 20000; a Criteo log's are "
+                               "the keys it holds)", ge=1)
     batch_size: int = option(512, help="samples per batch", ge=2)
     dim: int = option(16, help="embedding dimension", ge=1)
     fraction: float = option(1 / 3, help="memory of the small variants as a fraction of the full EBC's", gt=0, le=1)
@@ -198,6 +199,11 @@ class BenchOptions(Options):
             raise ConfigError("bench: path: give the Criteo-format log (--path FILE) when stream is criteo")
         if self.stream == "synthetic" and self.path:
             raise ConfigError(f"bench: path {self.path!r} is read only when stream is criteo (add --stream criteo)")
+        if self.stream == "criteo" and self.vocab is not None:
+            raise ConfigError(f"bench: vocab {self.vocab} would be ignored: it sizes the synthetic stream, and a "
+                              "Criteo log's vocabulary is the keys it holds")
+        if self.vocab is None:
+            self.vocab = StreamOptions.vocab
 
 
 @dataclass

@@ -134,8 +134,10 @@ def test_bench_on_a_criteo_file_end_to_end(torchhpc_main, tmp_path):
     (["--stream", "criteo"], "path: give the Criteo-format log"),
     (["--path", "x.tsv"], "add --stream criteo"),
     (["--stream", "criteo", "--path", "/nonexistent/day_0.tsv"], "/nonexistent/day_0.tsv: no such Criteo"),
+    (["--stream", "criteo", "--path", "x.tsv", "--vocab", "20000"], "vocab 20000 would be ignored"),
 ])
 def test_bench_stream_options_are_checked(torchhpc_main, args, words):
-    """A Criteo bench without a file, a file without --stream criteo, a missing file: one line, exit 1."""
+    """A Criteo bench without a file, a file without --stream criteo, a missing file, a vocabulary size for a log
+    (it sizes only the synthetic stream; even the default's value, given, is refused): one line, exit 1."""
     rc, _, err = torchhpc_main("kraken", "bench", "--steps", "2", "--out", "", *args)
     assert rc != 0 and words in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
