@@ -372,8 +372,13 @@ class OursCompressor(Compressor):
     """The block codec's predictor for ``predictor: auto``: linear interpolation packed smaller than Lorenzo
     on every field set of the benchmark (``docs/foresight/results.md``), with no sampling pass."""
     SMALL = 1 << 20
-    """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size) and 6 above;
-    the block codec's frames use level 1 (the packing has done most of the work)."""
+    """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size); above, each
+    byte plane's smaller frame of levels 1 and 6 (``LARGE_LEVELS``); the block codec's frames use level 1 (the
+    packing has done most of the work)."""
+    LARGE_LEVELS = (1, 6)
+    """On a 256^3 field's planes neither level wins everywhere: level 1's frame is 11 % smaller than level 6's
+    at 1e-2 of the range, 1.7 % larger at 1e-4 (``docs/foresight/results.md``); level 1 costs a sixth of level
+    6's time, so both cost ~15 % more than level 6 alone."""
 
     def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
         p = super().check_params(params)
@@ -402,7 +407,7 @@ class OursCompressor(Compressor):
     def _encode(self, x, p, eb):
         if self._codec(p, [x]) == "blocks":
             return self._blocks([x], [eb], p)[0]
-        level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else 6)
+        level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else self.LARGE_LEVELS)
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
         return pack_sections(sections), {"codec": "planes", "predictor": used}
 

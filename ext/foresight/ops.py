@@ -22,7 +22,7 @@ import struct
 import numpy as np
 import torch
 
-from torchhpc.ext.core.dispatch import resolve_backend
+from torchhpc.ext.core.dispatch import numba_available, resolve_backend
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.hostsync import HostBudget
 
@@ -146,7 +146,7 @@ def zstd_decompress(data: bytes) -> bytes:
 # ----------------------------------------------------------------------------- entropy stage
 
 
-def encode_residuals(d: torch.Tensor, level: int = 3) -> list[bytes]:
+def encode_residuals(d: torch.Tensor, level: int | tuple[int, ...] = 3) -> list[bytes]:
     """Zigzag ``d`` (int64) to unsigned, split it into as many little-endian byte planes as its largest
     value needs, and zstd each plane: ``[planes header, plane 0, plane 1, ...]``.
 
@@ -159,17 +159,42 @@ def encode_residuals(d: torch.Tensor, level: int = 3) -> list[bytes]:
     top = int(u.max()) if u.size else 0
     nplanes = max(1, (top.bit_length() + 7) // 8)
     # plane i = byte i of each value (a truncating cast: contiguous and vectorised)
-    return [struct.pack("<B", nplanes)] + [zstd_compress((u >> np.uint64(8 * i)).astype(np.uint8).tobytes(), level)
-                                            for i in range(nplanes)]
+    return plane_sections(((u >> np.uint64(8 * i)).astype(np.uint8) for i in range(nplanes)), nplanes, level)
 
 
-def decode_residuals(sections: list[bytes], n: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Inverse of :func:`encode_residuals`: ``n`` int64 residuals."""
+def plane_sections(planes, nplanes: int, level: int | tuple[int, ...]) -> list[bytes]:
+    """``[planes header, zstd of plane 0, ...]`` of :func:`encode_residuals` from its ``nplanes`` uint8 byte
+    planes (any iterable of arrays); with several levels, each plane's smallest frame (the first on a tie)."""
+    levels = (level,) if isinstance(level, int) else tuple(level)
+    out = [struct.pack("<B", nplanes)]
+    for p in planes:
+        data = np.ascontiguousarray(p).tobytes()
+        out.append(min((zstd_compress(data, lv) for lv in levels), key=len))
+    return out
+
+
+def outlier_level(level: int | tuple[int, ...]) -> int:
+    """The zstd level of the outlier sections: outliers are few, so a fast level is as good there."""
+    return min(max((level,) if isinstance(level, int) else level), 3)
+
+
+def decode_planes(sections: list[bytes], n: int) -> list[np.ndarray]:
+    """The ``n``-byte planes of :func:`encode_residuals`' sections, checked against their header.
+
+    Raises:
+        InputError: a header that does not match the planes, or a plane of another length.
+    """
     if not sections or len(sections[0]) != 1 or sections[0][0] != len(sections) - 1 or len(sections) > 9:
         raise InputError("corrupt payload: bad residual planes header")
     planes = [np.frombuffer(zstd_decompress(blob), dtype=np.uint8) for blob in sections[1:]]
     if any(p.size != n for p in planes):
         raise InputError(f"corrupt payload: residual planes of {[p.size for p in planes]} codes for {n} values")
+    return planes
+
+
+def decode_residuals(sections: list[bytes], n: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Inverse of :func:`encode_residuals`: ``n`` int64 residuals."""
+    planes = decode_planes(sections, n)
     if len(planes) < 8:  # the common case: the zigzag codes fit int64, so no unsigned arithmetic
         u = planes[0].astype(np.int64)
         for i, p in enumerate(planes[1:], 1):
@@ -223,15 +248,16 @@ def _residuals(q: torch.Tensor, d: torch.Tensor | None, predictor: str) -> tuple
     return predictor, interp_residuals(q, cubic=predictor == "cubic")
 
 
-def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: int = 9,
+def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: int | tuple[int, ...] = 9,
                    predictor: str = "auto") -> tuple[str, list[bytes]]:
     """Compress ``x`` with absolute bound ``eb`` (every element: ``|x - x'| <= eb``).
 
     Args:
         x: float32/float64 tensor, 1-3D (more dimensions are merged).
         eb: absolute error bound.
-        backend: the quantisation kernel's backend (``auto``: Triton on CUDA).
-        level: zstd level of the entropy stage.
+        backend: ``auto`` (Triton on CUDA, the compiled encoder of :mod:`.planes_kernels` on the CPU where numba
+            is installed, else torch), ``torch``, ``triton`` or ``numba``; each writes the same sections.
+        level: zstd level of the entropy stage; several: each byte plane's smallest frame of them.
         predictor: ``lorenzo`` (3D Lorenzo), ``interp`` (multilevel linear interpolation), ``cubic``
             (multilevel cubic) or ``auto`` (the better of lorenzo and interp for this input).
 
@@ -240,7 +266,9 @@ def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: 
     """
     if predictor not in PREDICTORS:
         raise InputError(f"predictor must be one of {', '.join(PREDICTORS)}; got {predictor!r}")
-    q, d = lorenzo_quantize(x, eb, backend, residual=predictor == "lorenzo")
+    if encode_backend(backend, x) == "numba":
+        return _encode_compiled(x, eb, level, predictor)
+    q, d = lorenzo_quantize(x, eb, "torch" if backend == "numba" else backend, residual=predictor == "lorenzo")
     used, r = _residuals(q, d, predictor)
     del d
     flat = x.reshape(-1)
@@ -250,9 +278,52 @@ def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: 
     del recon
     idx = torch.nonzero(bad).reshape(-1).cpu().numpy().astype("<i8")
     vals = flat[bad].cpu().numpy()
-    small = min(level, 3)  # outliers are few: a fast level is as good there
+    small = outlier_level(level)
     return used, [zstd_compress(np.diff(idx, prepend=0).tobytes(), small), zstd_compress(vals.tobytes(), small),
                   *encode_residuals(r, level)]
+
+
+def encode_backend(backend: str, x: torch.Tensor) -> str:
+    """What encodes ``x`` for ``backend``: ``auto`` is the compiled CPU encoder (:mod:`.planes_kernels`) for a
+    float32/float64 tensor on the CPU where numba is installed, Triton on CUDA, else the torch path.
+
+    Raises:
+        InputError: an unknown backend, or one that cannot run where ``x`` is.
+    """
+    name = resolve_backend(backend, x.device, choices=("torch", "triton", "numba"))
+    if name == "numba" and x.dtype not in (torch.float32, torch.float64):
+        if backend == "numba":
+            raise InputError(f"backend 'numba' encodes float32 and float64 fields; this one is {x.dtype}")
+        return "torch"
+    return name
+
+
+def _encode_compiled(x: torch.Tensor, eb: float, level: int | tuple[int, ...], predictor: str
+                     ) -> tuple[str, list[bytes]]:
+    """:func:`lorenzo_encode` by the compiled CPU encoder: the same sections, from three compiled loops
+    (quantise and check, the predictor's residuals, the byte planes) instead of about twenty tensor passes."""
+    from . import planes_kernels as K
+
+    vol = as_volume(tuple(x.shape))
+    flat = np.ascontiguousarray(x.detach().reshape(-1).numpy())
+    q, idx = K.quantize(flat, eb)
+    q3 = q.reshape(vol)
+    r = None
+    if predictor == "auto":
+        predictor, whole = _choose(torch.from_numpy(q3))
+        r = None if whole is None else whole.numpy()
+    if r is None:
+        if predictor == "lorenzo":
+            r = K.lorenzo_residuals(q3)
+        else:
+            coarse, steps = _interp_plan(vol)
+            r = K.interp_residuals(q3, coarse, steps, cubic=predictor == "cubic")
+    del q, q3
+    planes = K.byte_planes(r)
+    small = outlier_level(level)
+    idx = idx.astype("<i8")
+    return predictor, [zstd_compress(np.diff(idx, prepend=0).tobytes(), small), zstd_compress(flat[idx].tobytes(), small),
+                       *plane_sections(planes, planes.shape[0], level)]
 
 
 def lorenzo_decode(sections: list[bytes], shape: tuple[int, ...], dtype: torch.dtype, eb: float,
@@ -262,14 +333,23 @@ def lorenzo_decode(sections: list[bytes], shape: tuple[int, ...], dtype: torch.d
         raise InputError(f"corrupt payload: expected at least 4 sections, got {len(sections)}")
     vol = as_volume(tuple(shape))
     n = int(np.prod(vol))
-    r = decode_residuals(sections[2:], n, device)
-    if predictor == "lorenzo":
-        q = lorenzo_reconstruct(r.reshape(vol))
-    elif predictor in ("interp", "cubic"):
-        q = interp_reconstruct(r, vol, cubic=predictor == "cubic")
-    else:
+    if predictor not in ("lorenzo", "interp", "cubic"):
         raise InputError(f"corrupt payload: unknown predictor {predictor!r}")
-    out = (q.reshape(-1).to(torch.float64) * (2.0 * eb)).to(dtype)
+    planes = decode_planes(sections[2:], n)
+    if (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64) and len(planes) < 8
+            and numba_available()):  # the compiled decoder: the same values in three passes
+        from .planes_kernels import decode_volume
+
+        out = torch.from_numpy(decode_volume(np.stack(planes), vol, predictor, eb,
+                                             np.dtype(str(dtype).replace("torch.", "")),
+                                             None if predictor == "lorenzo" else _interp_plan(vol)))
+    else:
+        r = decode_residuals(sections[2:], n, device)
+        if predictor == "lorenzo":
+            q = lorenzo_reconstruct(r.reshape(vol))
+        else:
+            q = interp_reconstruct(r, vol, cubic=predictor == "cubic")
+        out = (q.reshape(-1).to(torch.float64) * (2.0 * eb)).to(dtype)
     idx = np.cumsum(np.frombuffer(zstd_decompress(sections[0]), dtype="<i8"))
     npd = np.dtype(str(dtype).replace("torch.", ""))
     vals = np.frombuffer(zstd_decompress(sections[1]), dtype=npd)
