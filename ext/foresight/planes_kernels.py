@@ -151,10 +151,15 @@ if numba_available():
     def _unplanes(planes, d):
         """Inverse of :func:`_planes`: the int64 residuals ``d`` from the ``(nplanes, n)`` uint8 planes (fewer
         than eight: the zigzag codes fit int64)."""
+        last = planes.shape[0] - 1
         for i in range(d.size):
-            u = np.int64(0)
-            for p in range(planes.shape[0]):
-                u |= np.int64(planes[p, i]) << (8 * p)
+            d[i] = np.int64(planes[0, i])
+        for p in range(1, last + 1):  # a plane at a time: each a vectorised pass
+            row = planes[p]
+            for i in range(d.size):
+                d[i] |= np.int64(row[i]) << (8 * p)
+        for i in range(d.size):
+            u = d[i]
             d[i] = (u >> 1) ^ -(u & 1)
 
     @njit(cache=True)
