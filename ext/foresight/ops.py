@@ -295,7 +295,24 @@ def encode_backend(backend: str, x: torch.Tensor) -> str:
         if backend == "numba":
             raise InputError(f"backend 'numba' encodes float32 and float64 fields; this one is {x.dtype}")
         return "torch"
+    if name == "numba" and backend == "auto" and not compiled_pays(x.numel()):
+        return "torch"
     return name
+
+
+COMPILED_MIN_VALUES = 1 << 18
+"""Below this many values ``auto`` keeps the torch path on the CPU until the compiled kernels are loaded in
+the process: loading them (numba's import and its first cached kernel) costs ~0.7 s once, and the torch path
+takes ~20 ms on 2^18 values. Either writes the same bytes."""
+
+
+def compiled_pays(n: int) -> bool:
+    """Whether ``auto`` runs the compiled CPU codec on a field of ``n`` values: a large one, or any once the
+    kernels are loaded in this process."""
+    import sys
+
+    kernels = sys.modules.get("torchhpc.ext.foresight.planes_kernels")
+    return n >= COMPILED_MIN_VALUES or bool(kernels and kernels.loaded())
 
 
 def _encode_compiled(x: torch.Tensor, eb: float, level: int | tuple[int, ...], predictor: str
@@ -337,7 +354,7 @@ def lorenzo_decode(sections: list[bytes], shape: tuple[int, ...], dtype: torch.d
         raise InputError(f"corrupt payload: unknown predictor {predictor!r}")
     planes = decode_planes(sections[2:], n)
     if (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.float64) and len(planes) < 8
-            and numba_available()):  # the compiled decoder: the same values in three passes
+            and numba_available() and compiled_pays(n)):  # the compiled decoder: the same values in three passes
         from .planes_kernels import decode_volume
 
         out = torch.from_numpy(decode_volume(np.stack(planes), vol, predictor, eb,

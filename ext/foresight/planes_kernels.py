@@ -232,6 +232,18 @@ if numba_available():
 
 QUANT_LIMIT = float(2**40)
 
+_LOADED = []
+
+
+def loaded() -> bool:
+    """Whether a kernel of this module has run in this process (numba and its compiled code are loaded)."""
+    return bool(_LOADED)
+
+
+def _ran() -> None:
+    if not _LOADED:
+        _LOADED.append(True)
+
 
 def quantize(x: np.ndarray, eb: float) -> tuple[np.ndarray, np.ndarray]:
     """``(q, outlier indices)`` of the flat float32/float64 ``x`` for the absolute bound ``eb``: the codes of
@@ -240,6 +252,7 @@ def quantize(x: np.ndarray, eb: float) -> tuple[np.ndarray, np.ndarray]:
     q = np.empty(x.size, np.int64)
     flags = np.empty(x.size, np.uint8)
     count = _quantize(x, 1.0 / (2.0 * eb), 2.0 * eb, float(eb), QUANT_LIMIT, x.dtype == np.float32, q, flags)
+    _ran()
     return q, _flagged(flags, count)
 
 
@@ -280,6 +293,7 @@ def decode_volume(planes: np.ndarray, vol: tuple[int, int, int], predictor: str,
     n = int(np.prod(vol))
     r = np.empty(n, np.int64)
     _unplanes(planes, r)
+    _ran()
     if predictor == "lorenzo":
         q = r.reshape(vol)
         _unlorenzo(q)

@@ -44,11 +44,13 @@ def test_compiled_decoder_gives_the_torch_paths_values(monkeypatch, dtype):
     path is what runs without numba."""
     from torchhpc.ext.foresight import ops
 
+    lorenzo_encode(torch.zeros(3), 1e-3, backend="numba")  # the kernels loaded: small fields decode compiled too
+    assert ops.compiled_pays(1)
     for shape in SHAPES:
         x = _field(shape, dtype, seed=2)
         for predictor in ("lorenzo", "interp", "cubic"):
             for eb in (0.5, 1e-3, 1e-7):
-                used, sections = lorenzo_encode(x, eb, level=3, predictor=predictor)
+                used, sections = lorenzo_encode(x, eb, backend="numba", level=3, predictor=predictor)
                 got = ops.lorenzo_decode(sections, tuple(shape), dtype, eb, used)
                 with monkeypatch.context() as m:
                     m.setattr(ops, "numba_available", lambda: False)
@@ -82,9 +84,18 @@ def test_byte_planes_are_as_many_as_the_largest_code_needs():
     assert K.byte_planes(np.zeros(0, np.int64)).shape == (1, 0)
 
 
-def test_the_cpu_default_is_the_compiled_encoder_and_its_limits_are_one_line():
-    """``auto`` encodes a float32/float64 CPU field with numba; a half-precision field falls back to torch
+def test_the_cpu_default_is_the_compiled_encoder_and_its_limits_are_one_line(monkeypatch):
+    """``auto`` encodes a float32/float64 CPU field with numba where that pays: a large field, or any once the
+    kernels are loaded in the process (loading costs ~0.7 s once); a half-precision field falls back to torch
     under ``auto`` and is one line under ``numba``."""
+    from torchhpc.ext.foresight import planes_kernels as K
+    from torchhpc.ext.foresight.ops import COMPILED_MIN_VALUES
+
+    monkeypatch.setattr(K, "_LOADED", [])
+    assert encode_backend("auto", torch.zeros(COMPILED_MIN_VALUES)) == "numba"
+    assert encode_backend("auto", torch.zeros(3)) == "torch"
+    assert encode_backend("numba", torch.zeros(3)) == "numba"
+    lorenzo_encode(torch.zeros(3), 1e-3, backend="numba")
     assert encode_backend("auto", torch.zeros(3)) == "numba"
     assert encode_backend("auto", torch.zeros(3, dtype=torch.float64)) == "numba"
     assert encode_backend("auto", torch.zeros(3, dtype=torch.float16)) == "torch"
