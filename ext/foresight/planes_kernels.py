@@ -15,6 +15,9 @@ their values in registers:
 * :func:`byte_planes` -- zigzag and the little-endian byte planes the largest code needs (8 bytes in,
   one per plane out).
 
+:func:`decode_volume` is the reverse in three loops: the planes to residuals, the predictor's reconstruction
+(the same interpolation walk, writing codes), and ``2 e q`` in the output's dtype.
+
 Every operation is the torch path's, in the same order, in fp64 or int64 (no fast-math: LLVM does not fuse
 the multiply-adds), so the sections are the same bytes (``tests/ext/foresight/test_planes_kernels.py``
 compares them on awkward shapes, both dtypes, NaN, inf and huge values).  Without numba the torch path runs.
@@ -83,9 +86,12 @@ if numba_available():
                     d[i, j, k] = v
 
     @njit(cache=True)
-    def _interp(q, coarse, strides, axes, cubic, out):
-        """Multilevel interpolation residuals of ``q`` into the flat ``out`` (the order of
-        :func:`torchhpc.ext.foresight.ops.interp_residuals`); returns how many were written."""
+    def _interp(q, r, coarse, strides, axes, cubic, decode):
+        """Multilevel interpolation over the volume ``q`` in the payload's order (that of
+        :func:`torchhpc.ext.foresight.ops.interp_residuals`): the coarsest grid, then each (stride, axis) step's
+        odd entries predicted from its even ones.  Encoding writes the residuals into the flat ``r``; decoding
+        (``decode``) writes each code from its prediction and ``r`` (the step's even entries are known by then).
+        Returns the residuals written or read."""
         n = q.shape
         flat = q.reshape(-1)
         elem = np.array([n[1] * n[2], n[2], 1], np.int64)  # elements per step along each axis
@@ -93,10 +99,14 @@ if numba_available():
         for i in range(0, n[0], coarse):
             for j in range(0, n[1], coarse):
                 for k in range(0, n[2], coarse):
-                    out[pos] = q[i, j, k]
+                    if decode:
+                        q[i, j, k] = r[pos]
+                    else:
+                        r[pos] = q[i, j, k]
                     pos += 1
         step = np.empty(3, np.int64)
         size = np.empty(3, np.int64)
+        jump = np.empty(3, np.int64)  # elements per view index along each axis (two entries along `axis`)
         for st in range(strides.size):
             s, axis = strides[st], axes[st]
             # the step's view: stride s on the axes up to `axis`, 2s after it; its odd entries along `axis`
@@ -108,7 +118,6 @@ if numba_available():
             hi = min(m, n_even - 2)
             size[axis] = m
             gap = step[axis] * elem[axis]  # elements from one entry of the view to the next along `axis`
-            jump = np.empty(3, np.int64)  # elements per view index along each axis (two entries along `axis`)
             for ax in range(3):
                 jump[ax] = step[ax] * elem[ax] if ax != axis else 2 * gap
             for b0 in range(size[0]):
@@ -122,7 +131,10 @@ if numba_available():
                         pred = (left + right + 1) >> 1
                         if cubic and m >= 3 and 1 <= t < hi:
                             pred = (-flat[left_at - 2 * gap] + 9 * left + 9 * right - flat[left_at + 4 * gap] + 8) >> 4
-                        out[pos] = flat[left_at + gap] - pred
+                        if decode:
+                            flat[left_at + gap] = pred + r[pos]
+                        else:
+                            r[pos] = flat[left_at + gap] - pred
                         pos += 1
         return pos
 
@@ -161,50 +173,6 @@ if numba_available():
         for i in range(d.size):
             u = d[i]
             d[i] = (u >> 1) ^ -(u & 1)
-
-    @njit(cache=True)
-    def _uninterp(r, coarse, strides, axes, cubic, q):
-        """Inverse of :func:`_interp`: every code of the volume ``q`` from the flat residuals ``r``, level by
-        level (each step's even entries are known when its odd ones are predicted); returns the residuals
-        read."""
-        n = q.shape
-        flat = q.reshape(-1)
-        elem = np.array([n[1] * n[2], n[2], 1], np.int64)
-        pos = 0
-        for i in range(0, n[0], coarse):
-            for j in range(0, n[1], coarse):
-                for k in range(0, n[2], coarse):
-                    q[i, j, k] = r[pos]
-                    pos += 1
-        step = np.empty(3, np.int64)
-        size = np.empty(3, np.int64)
-        jump = np.empty(3, np.int64)
-        for st in range(strides.size):
-            s, axis = strides[st], axes[st]
-            for ax in range(3):
-                step[ax] = s if ax <= axis else 2 * s
-                size[ax] = (n[ax] + step[ax] - 1) // step[ax]
-            n_even = (size[axis] + 1) // 2
-            m = size[axis] // 2
-            hi = min(m, n_even - 2)
-            size[axis] = m
-            gap = step[axis] * elem[axis]
-            for ax in range(3):
-                jump[ax] = step[ax] * elem[ax] if ax != axis else 2 * gap
-            for b0 in range(size[0]):
-                for b1 in range(size[1]):
-                    base = b0 * jump[0] + b1 * jump[1]
-                    for b2 in range(size[2]):
-                        left_at = base + b2 * jump[2]
-                        t = b0 if axis == 0 else (b1 if axis == 1 else b2)
-                        left = flat[left_at]
-                        right = flat[left_at + 2 * gap] if t + 1 < n_even else left
-                        pred = (left + right + 1) >> 1
-                        if cubic and m >= 3 and 1 <= t < hi:
-                            pred = (-flat[left_at - 2 * gap] + 9 * left + 9 * right - flat[left_at + 4 * gap] + 8) >> 4
-                        flat[left_at + gap] = pred + r[pos]
-                        pos += 1
-        return pos
 
     @njit(cache=True)
     def _unlorenzo(q):
@@ -269,7 +237,7 @@ def interp_residuals(q: np.ndarray, coarse: int, steps: list[tuple[int, int]], c
     out = np.empty(q.size, np.int64)
     strides = np.array([s for s, _ in steps], np.int64)
     axes = np.array([a for _, a in steps], np.int64)
-    written = _interp(q, coarse, strides, axes, cubic, out)
+    written = _interp(q, out, coarse, strides, axes, cubic, False)
     if written != q.size:
         raise AssertionError(f"interpolation wrote {written} residuals for {q.size} values")
     return out
@@ -300,8 +268,8 @@ def decode_volume(planes: np.ndarray, vol: tuple[int, int, int], predictor: str,
     else:
         coarse, steps = plan
         q = np.empty(vol, np.int64)
-        read = _uninterp(r, coarse, np.array([s for s, _ in steps], np.int64),
-                         np.array([a for _, a in steps], np.int64), predictor == "cubic", q)
+        read = _interp(q, r, coarse, np.array([s for s, _ in steps], np.int64),
+                       np.array([a for _, a in steps], np.int64), predictor == "cubic", True)
         if read != n:
             raise AssertionError(f"interpolation read {read} residuals for {n} values")
     out = np.empty(n, dtype)
