@@ -92,8 +92,8 @@ class GemsDist(DistOptions):
     The ``dist:`` section: core's :class:`~torchhpc.ext.core.config.DistOptions` with gems' defaults.
     """
 
-    device: str = option("cpu", flag="--device", help="cpu | cuda | auto (gloo on cpu, NCCL on cuda)",
-                         choices=["cpu", "cuda", "auto"])
+    device: str = option("cpu", flag="--device", help="cpu | cuda | auto: where the stages run and the blocks are "
+                         "profiled for the split (gloo on cpu, NCCL on cuda)", choices=["cpu", "cuda", "auto"])
     threads: int = option(1, flag="--threads", help="torch threads per rank (0: torch's default)", ge=0)
     nproc: int | None = option(None, flag="--nproc", ge=1,
                                help="processes under torchrun (must equal pipeline.stages x pipeline.groups; "

@@ -490,8 +490,8 @@ def predict(cfg: GemsSimulate) -> tuple[list[SimResult], str]:
         infos, corun, overhead = cal.stages, cal.corun_slowdown, cal.overhead_s
         what = (f"stages and machine calibrated on {opt.calibrate}: forward / backward "
                 + ", ".join(f"{i.forward_s * 1e3:.2f} / {i.backward_s * 1e3:.2f} ms" for i in infos)
-                + f", {overhead * 1e3:.2f} ms per update outside the pipeline, co-run slowdown {corun:.3f}; "
-                f"link {opt.bandwidth} GB/s, {opt.latency} us")
+                + f", {overhead * 1e3:.2f} ms per update outside the pipeline, co-run slowdown {corun:.3f} "
+                f"(profiled on {dev}); link {opt.bandwidth} GB/s, {opt.latency} us")
     rows = []
     for n in opt.device_counts:
         for schedule in opt.schedule_names:

@@ -200,7 +200,7 @@ class BenchOptions(Options):
         if self.stream == "synthetic" and self.path:
             raise ConfigError(f"bench: path {self.path!r} is read only when stream is criteo (add --stream criteo)")
         if self.stream == "criteo" and self.vocab is not None:
-            raise ConfigError(f"bench: vocab {self.vocab} would be ignored: it sizes the synthetic stream, and a "
+            raise ConfigError(f"--vocab {self.vocab} would be ignored: it sizes the synthetic stream, and a "
                               "Criteo log's vocabulary is the keys it holds")
         if self.vocab is None:
             self.vocab = StreamOptions.vocab

@@ -499,10 +499,10 @@ def policy_source(spec: str, which: str = "best") -> tuple[int, dict[str, Any], 
 
 
 def trained_trace(spec: str, out_dir: Path) -> dict[str, Any] | None:
-    """The ``trace`` section a policy was trained with (``path``, ``procs``, ``generate_jobs``, ``generate_seed``):
-    from the run's config.yaml, or a shipped policy's card; None where neither records it. A recorded path that
-    is not there from here is looked up by its name in the shared data's ``swf`` folder (the shipped cards
-    record the path they were trained from)."""
+    """The ``trace`` section a policy was trained with (``path``, ``procs``, ``strict``, ``generate_jobs``,
+    ``generate_seed``): from the run's config.yaml (a relative path as it was given, from the folder the run was
+    trained in), or a shipped policy's card, whose file is the one of that name in the shared data's ``swf``
+    folder; None where neither records it."""
     import yaml
 
     from .zoo import PREFIX, card, is_pretrained
@@ -517,41 +517,55 @@ def trained_trace(spec: str, out_dir: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(section, dict):
         return None
-    path = section.get("path")
-    if path and not Path(path).is_file():
+    if section.get("path") and is_pretrained(spec):
         from torchhpc.ext.core.data import shared_data_dir
 
-        shared = shared_data_dir() / "swf" / Path(path).name
-        section = {**section, "path": str(shared) if shared.is_file() else path}
+        section = {**section, "path": str(shared_data_dir() / "swf" / Path(section["path"]).name)}
     return section
 
 
 def eval_trace_options(opts: EvalCommandOptions, out_dir: Path) -> tuple[EvalCommandOptions, str]:
-    """``opts`` with the trace the policy was trained on where no trace option chooses one (``--trace``,
-    ``--generate-jobs``, ``--trace-seed``; a generated trace's settings left unset are the defaults, 10,000
-    jobs and seed 0), and where the trace came from: ``given``, ``as trained`` or ``generated``."""
+    """``opts`` with the trace the policy was trained on where none is chosen, and where the trace came from:
+    ``given``, ``as trained`` or ``generated``.
+
+    ``--trace`` chooses a file. ``--generate-jobs``/``--trace-seed`` choose a generated trace, the one left
+    unset as the policy's generated trace had it (else 10,000 jobs, seed 0). Without any of them: the SWF file
+    the policy was trained on (read leniently if it was), or its generated trace; with no record of either (a
+    loose checkpoint file), the default generated trace, with a warning.
+
+    Raises:
+        InputError: the recorded SWF file is not there (give ``--trace``).
+        ConfigError: ``--lenient`` where no SWF file is read.
+    """
     import dataclasses
 
+    if opts.trace:
+        return opts, "given"
     defaults = WindowOptions()
-    chosen = opts.trace or opts.generate_jobs is not None or opts.trace_seed is not None
-    recorded = None if chosen else trained_trace(opts.checkpoint, out_dir)
-    jobs, seed, trace, procs, source = opts.generate_jobs, opts.trace_seed, opts.trace, opts.procs, "given"
-    if not chosen:
-        source = "generated"
-        path = (recorded or {}).get("path")
-        if path and Path(path).is_file():
-            trace, source = path, "as trained"
-            procs = procs if procs is not None else recorded.get("procs")
-        elif path:
-            warn(f"the policy was trained on {path}, which is not here: evaluating on a generated trace; give "
-                 "--trace")
-        elif recorded and isinstance(recorded.get("generate_jobs"), int) and isinstance(recorded.get("generate_seed"),
-                                                                                          int):
-            jobs, seed, source = recorded["generate_jobs"], recorded["generate_seed"], "as trained"
-    if trace is None:  # a generated trace: the settings left unset are the defaults
-        jobs = defaults.generate_jobs if jobs is None else jobs
-        seed = defaults.trace_seed if seed is None else seed
-    return dataclasses.replace(opts, trace=trace, procs=procs, generate_jobs=jobs, trace_seed=seed), source
+    recorded = trained_trace(opts.checkpoint, out_dir) or {}
+    path = recorded.get("path")
+    asked = opts.generate_jobs is not None or opts.trace_seed is not None
+    if path and not asked:
+        if not Path(path).is_file():
+            where = "" if Path(path).is_absolute() else " (a path from the folder it was trained in)"
+            raise InputError(f"the policy was trained on the trace {path}{where}, which is not here: give "
+                             "--trace FILE, or --generate-jobs N to evaluate on a generated trace")
+        procs = opts.procs if opts.procs is not None else recorded.get("procs")
+        lenient = opts.lenient or recorded.get("strict") is False
+        return dataclasses.replace(opts, trace=str(Path(path).resolve()), procs=procs, lenient=lenient), "as trained"
+    if opts.lenient:
+        raise ConfigError("--lenient would be ignored: it skips malformed lines of an SWF trace, and no --trace is "
+                          "given or recorded (a generated trace has none)")
+    generated = {} if path else recorded
+    jobs = opts.generate_jobs if opts.generate_jobs is not None else generated.get("generate_jobs")
+    seed = opts.trace_seed if opts.trace_seed is not None else generated.get("generate_seed")
+    source = "given" if asked else "as trained" if isinstance(jobs, int) and isinstance(seed, int) else "generated"
+    jobs = jobs if isinstance(jobs, int) else defaults.generate_jobs
+    seed = seed if isinstance(seed, int) else defaults.trace_seed
+    if source == "generated":
+        warn(f"{opts.checkpoint}: no record of the trace the policy was trained on (no config.yaml beside it): "
+             f"evaluating on a generated trace of {jobs} jobs, seed {seed}; give --trace or --generate-jobs")
+    return dataclasses.replace(opts, generate_jobs=jobs, trace_seed=seed), source
 
 
 def eval_command(opts: EvalCommandOptions) -> int:
@@ -566,7 +580,12 @@ def eval_command(opts: EvalCommandOptions) -> int:
     from torchhpc.ext.core.paths import check_output
 
     from .checkpoints import agent_settings, from_checkpoint
+    from .zoo import is_pretrained
 
+    folder = not is_pretrained(opts.checkpoint) and Path(opts.checkpoint).is_dir()
+    if opts.which != "best" and not folder:
+        raise ConfigError(f"--which {opts.which} would be ignored: it picks among a run folder's checkpoints, and "
+                          f"{opts.checkpoint} is {'a shipped policy' if is_pretrained(opts.checkpoint) else 'one file'}")
     step, state, out_dir, trained_backfill = policy_source(opts.checkpoint, opts.which)
     if not opts.backfill and trained_backfill is None:
         warn(f"{opts.checkpoint}: the backfilling the policy was trained with is unknown (neither its checkpoint nor "
@@ -584,13 +603,18 @@ def eval_command(opts: EvalCommandOptions) -> int:
         if Path(opts.plot).suffix.lower().lstrip(".") not in kinds:
             raise InputError(f"--plot {opts.plot}: the file name must end in one of .{', .'.join(sorted(kinds))} "
                              "(the box plot's format)")
-    png = check_output(Path(opts.plot) if opts.plot else out_dir / f"eval_{trace.name}_{backfill}_{opts.which}.png",
+    import re
+
+    tag = f"_{opts.which}" if folder else "" if is_pretrained(opts.checkpoint) else f"_{Path(opts.checkpoint).stem}"
+    name = re.sub(r"_+", "_", re.sub(r"[^\w.-]+", "_", f"eval_{trace.name}_{backfill}{tag}"))  # no spaces or ()
+    png = check_output(Path(opts.plot) if opts.plot else out_dir / f"{name}.png",
                        inputs=[opts.trace, opts.checkpoint], what="the box plot")
     if not opts.json:
         print(f"checkpoint: epoch {step}" + (
             f" (best held-out {state['best']['value']:.2f} at epoch {state['best']['epoch']})"
             if state.get("best") else "") + f" of {opts.checkpoint}; backfill={backfill}; trace {trace.name}"
-            + (" (the one it was trained on)" if trace_from == "as trained" else ""))
+            + ((f" (the one it was trained on: {opts.trace})" if opts.trace else " (the one it was trained on)")
+               if trace_from == "as trained" else ""))
     rl_rows = evaluate_policy(agent, trace, starts, opts.length, backfill, greedy=opts.greedy,
                               samples=opts.samples, seed=opts.seed, settings=agent_settings(state))
     per_seq = {"rl": rl_rows}

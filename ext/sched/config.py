@@ -271,6 +271,9 @@ class SchedConfig(Options):
 class WindowOptions(Options):
     """The trace and the job windows a command schedules."""
 
+    TRACE_MAY_BE_RECORDED: ClassVar[bool] = False
+    """Whether a trace not given may come from elsewhere (``sched eval``: the one the policy was trained on)."""
+
     trace: str | None = option(None, help="SWF file; null = a generated Lublin–Feitelson trace")
     procs: int | None = option(None, help="machine size override; null = the size the trace header gives", ge=1)
     lenient: bool = option(False, help="skip malformed SWF lines instead of failing")
@@ -296,7 +299,7 @@ class WindowOptions(Options):
         if self.trace:
             _refuse_ignored(self, ["generate_jobs", "trace_seed"], f"to the generated trace, and --trace "
                             f"{self.trace} is given")
-        elif self.lenient:
+        elif self.lenient and not self.TRACE_MAY_BE_RECORDED:
             raise ConfigError("--lenient would be ignored: it skips malformed lines of an SWF --trace, and no "
                               "--trace is given (the generated trace has none)")
 
@@ -324,14 +327,16 @@ class HeuristicsOptions(WindowOptions):
 class EvalCommandOptions(WindowOptions):
     """``sched eval``: a trained policy beside the heuristics, table and box plot."""
 
+    TRACE_MAY_BE_RECORDED: ClassVar[bool] = True
+
     checkpoint: str = option(help="run folder (runs/sched/<id>), checkpoint file, or pretrained:NAME (a policy "
                              "shipped with the package, e.g. pretrained:lublin1-backfill)")
     trace: str | None = option(None, help="SWF file; null = the trace the policy was trained on (its run's "
                                "config.yaml, a shipped policy's card), else a generated Lublin–Feitelson trace")
-    generate_jobs: int | None = option(None, help="jobs of the generated trace (no --trace); null = as the policy "
-                                       "was trained, else 10000", ge=100)
-    trace_seed: int | None = option(None, help="seed of the generated trace (no --trace); null = as the policy was "
-                                    "trained, else 0", ge=0)
+    generate_jobs: int | None = option(None, help="jobs of a generated trace (no --trace); null = as the policy's "
+                                       "generated trace had it, else 10000", ge=100)
+    trace_seed: int | None = option(None, help="seed of a generated trace (no --trace); null = as the policy's "
+                                    "generated trace had it, else 0", ge=0)
     backfill: str | None = option(None, help="none | rlscheduler | easy; null = as the policy was trained",
                                   choices=BACKFILLS)
     which: str = option("best", help="checkpoint of a run folder: best on the held-out windows (eval.validate; "
@@ -340,7 +345,7 @@ class EvalCommandOptions(WindowOptions):
     samples: int = option(1, help="sampled runs per window, averaged", ge=1)
     policy: list[str] = option(default_factory=lambda: ["fcfs", "sjf", "f1"],
                                help="heuristics shown beside RL (repeatable)")
-    plot: str | None = option(None, help="the box plot's file (.png); null = beside the run, "
+    plot: str | None = option(None, help="the box plot's file (.png, .pdf, .svg, ...); null = beside the run, "
                               "eval_<trace>_<backfill>_<which>.png")
 
     def __post_init__(self) -> None:

@@ -103,18 +103,64 @@ def test_train_resume_and_eval(cli, tmp_path):
 
 
 def test_eval_of_a_shipped_policy_reads_the_trace_it_was_trained_on(shared_data, tmp_path, monkeypatch):
-    """A shipped policy's card records the SWF file it was trained on (as a path from the repository); from
-    another folder it is found by its name in the shared data, and a path found nowhere is left as recorded."""
+    """A shipped policy's card records the SWF file it was trained on (as a path from the repository): it is the
+    file of that name in the shared data, whatever lies at that path from the current folder. A run's relative
+    path stays relative to where it runs; a malformed section is no record."""
     from torchhpc.ext.sched.commands import trained_trace
 
+    decoy = tmp_path / "shared" / "data" / "swf" / "lublin_256.swf"  # what the card's ../shared/... names from a/
+    decoy.parent.mkdir(parents=True)
+    decoy.write_text("; not the trace\n")
+    (tmp_path / "a").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    trace = trained_trace("pretrained:lublin1", tmp_path / "a")
+    assert Path(trace["path"]).resolve() == (shared_data / "swf" / "lublin_256.swf").resolve() != decoy.resolve()
     monkeypatch.chdir(tmp_path)
-    trace = trained_trace("pretrained:lublin1", tmp_path)
-    assert Path(trace["path"]).resolve() == (shared_data / "swf" / "lublin_256.swf").resolve()
-    (tmp_path / "config.yaml").write_text("trace:\n  path: nowhere/mine.swf\n")
-    assert trained_trace(str(tmp_path), tmp_path)["path"] == "nowhere/mine.swf"
+    (tmp_path / "config.yaml").write_text("trace:\n  path: nowhere/mine.swf\n  strict: false\n")
+    assert trained_trace(str(tmp_path), tmp_path) == {"path": "nowhere/mine.swf", "strict": False}
     (tmp_path / "config.yaml").write_text("trace: [1, 2]\n")
     assert trained_trace(str(tmp_path), tmp_path) is None
 
+
+def test_eval_finds_the_trained_trace_or_says_why_not(cli, tmp_path, shared_data):
+    """A run trained on an SWF file read leniently is evaluated on that file, leniently, from another folder (its
+    absolute path on the first line); a run whose relative trace is not found from here is one line that
+    says so (not a file of the same name elsewhere); the unset generated setting comes from the training;
+    --which on a single file and --lenient with a generated trace are refused."""
+    import shutil
+
+    swf = tmp_path / "t" / "lublin_256.swf"
+    swf.parent.mkdir()
+    lines = (shared_data / "swf" / "lublin_256.swf").read_text().splitlines()
+    swf.write_text("\n".join(lines[:3000] + ["this is not an SWF line"] + lines[3000:3400]) + "\n")
+    common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false", "--set",
+              "ppo.epochs=1", "--set", "trace.strict=false", "--set", "eval.starts=[100]"]
+    res = cli("sched", "train", *common, "--set", "run.run_id=file", "--set", f"trace.path={swf}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    run = tmp_path / "sched" / "file"
+    window = ["--start", "100", "--length", "64", "--greedy"]
+    res = cli("sched", "eval", "--checkpoint", str(run), *window)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"(the one it was trained on: {swf.resolve()})" in res.stdout.splitlines()[0]
+    # the same run with its trace given relative to the folder it was trained in, evaluated from elsewhere
+    shutil.copytree(run, tmp_path / "sched" / "rel")
+    config = (tmp_path / "sched" / "rel" / "config.yaml")
+    config.write_text(config.read_text().replace(str(swf), "t/lublin_256.swf"))
+    res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "rel"), *window)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        "torchhpc: error: the policy was trained on the trace t/lublin_256.swf (a path from the folder it was "
+        "trained in), which is not here: give --trace FILE, or --generate-jobs N to evaluate on a generated trace"]
+    res = cli("sched", "eval", "--checkpoint", str(run / "checkpoints" / "ckpt-00000001.pt"), *window,
+              "--which", "last")
+    assert res.returncode == 1 and "--which last would be ignored" in res.stderr
+    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--generate-jobs", "3000", "--lenient")
+    assert res.returncode == 1 and "--lenient would be ignored" in res.stderr
+    # trained on a generated trace of 3000 jobs: --trace-seed alone keeps its 3000 jobs
+    res = cli("sched", "train", *common[:-4], "--set", "run.run_id=gen", "--set", "eval.starts=[100]")
+    assert res.returncode == 0, res.stderr[-3000:]
+    res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "gen"), *window, "--trace-seed", "5")
+    assert res.returncode == 0 and "trace lublin(seed=5, jobs=3000)" in res.stdout.splitlines()[0]
+    assert list((tmp_path / "sched" / "gen").glob("eval_lublin_seed_5_jobs_3000_none_best.png"))
 
 def test_train_with_the_relative_reward(cli, tmp_path):
     """env.reward=log_ratio trains (one epoch); an unknown reference heuristic is a one-line error."""
