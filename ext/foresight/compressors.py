@@ -56,6 +56,7 @@ from .entropy import (
 )
 from .ops import (
     PREDICTORS,
+    exact_values,
     lorenzo_decode,
     lorenzo_encode,
     pack_sections,
@@ -113,6 +114,14 @@ class Compressed:
             head = json.loads(bytes(blob[start:start + n]))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise InputError(f"{where}: corrupt header ({exc})") from None
+        ok = (isinstance(head, dict) and isinstance(head.get("compressor"), str) and isinstance(head.get("params"), dict)
+              and isinstance(head.get("shape"), list)
+              and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in head["shape"])
+              and head.get("dtype") in ("float32", "float64") and isinstance(head.get("meta", {}), dict)
+              and isinstance(head.get("stats", {}), dict))
+        if not ok:
+            raise InputError(f"{where}: corrupt header (compressor, params, shape, dtype float32/float64, meta "
+                             "and stats are not all there or not of their kinds)")
         return cls(head["compressor"], head["params"], tuple(head["shape"]), head["dtype"], bytes(blob[start + n:]),
                    head.get("meta", {}), head.get("stats", {}))
 
@@ -227,6 +236,8 @@ class Compressor:
         """``x`` as a contiguous float32/float64 tensor; InputError for another dtype or an empty one."""
         if not isinstance(x, torch.Tensor):
             x = torch.as_tensor(np.asarray(x))
+        if x.requires_grad:  # the values (the same tensor object otherwise: a sweep's fields are read once)
+            x = x.detach()
         if x.dtype not in (torch.float32, torch.float64):
             raise InputError(f"compressor '{self.name}' takes float32 or float64 data, got {x.dtype}")
         if x.numel() == 0:
@@ -251,8 +262,11 @@ class Compressor:
             return self._decode_any(c, device)
         base, idx_b, vals_b = unpack_sections(c.payload)
         y = self._decode_any(Compressed(c.compressor, c.params, c.shape, c.dtype, base, c.meta), device)
-        idx = np.cumsum(np.frombuffer(zstd_decompress(idx_b), dtype="<i8"))
-        vals = np.frombuffer(zstd_decompress(vals_b), dtype=np.dtype(c.dtype))
+        idx = np.cumsum(exact_values(idx_b, np.dtype("<i8")))
+        vals = exact_values(vals_b, np.dtype(c.dtype))
+        if idx.size != vals.size or (idx.size and (idx.min() < 0 or idx.max() >= y.numel())):
+            raise InputError("corrupt payload: the values kept exactly do not match the field (their count or "
+                             "an index)")
         if idx.size:
             flat = y.reshape(-1)
             flat[torch.from_numpy(idx).to(flat.device)] = torch.from_numpy(vals.copy()).to(flat.device)
@@ -276,24 +290,35 @@ class Compressor:
         bounds = [p["bound"]] * len(xs) if bounds is None else bounds
         if p["mode"] == "abs":
             return list(bounds)
-        stats, seen = [], {}
-        for x in xs:  # over the finite values: max - min in x's dtype, max |x|, how many (once per tensor)
-            if id(x) in seen:
-                continue
-            seen[id(x)] = len(seen)
-            fin = torch.isfinite(x)
-            top = x.masked_fill(~fin, -math.inf).amax()
-            low = x.masked_fill(~fin, math.inf).amin()
-            stats.append(torch.stack([top.double() - low.double(), x.abs().masked_fill(~fin, 0.0).amax().double(),
-                                      fin.sum().double()]))
+        seen: dict[int, int] = {}
+        for x in xs:
+            seen.setdefault(id(x), len(seen))
+        fields = list({id(x): x for x in xs}.values())
+        # one pass each (aminmax): max - min in x's dtype, max |x|, the count; exact where every value is finite
+        quick = []
+        for x in fields:
+            low, top = torch.aminmax(x.reshape(-1))
+            quick.append(torch.stack([top.double() - low.double(), torch.maximum(top.abs(), low.abs()).double(),
+                                      torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device)]))
+        ranges = torch.stack(quick).tolist()
+        for i, x in enumerate(fields):  # NaN or inf: the same over the finite values only (a second sync, rare)
+            if not all(math.isfinite(v) for v in ranges[i][:2]):
+                fin = torch.isfinite(x)
+                top = x.masked_fill(~fin, -math.inf).amax()
+                low = x.masked_fill(~fin, math.inf).amin()
+                ranges[i] = torch.stack([top.double() - low.double(), x.abs().masked_fill(~fin, 0.0).amax().double(),
+                                         fin.sum().double()]).tolist()
         out = []
-        ranges = torch.stack(stats).tolist()
         for (rng, big, count), bound in zip((ranges[seen[id(x)]] for x in xs), bounds, strict=True):
             if not count:
                 rng = 0.0
             rng = min(rng, sys.float_info.max)  # a float64 field from -1.7e308 to 1.7e308: its range overflows
             if rng == 0.0:  # a constant field: any positive bound is exact
                 rng = max(big if count else 1.0, 1.0)
+            if not bound * rng > 0:
+                raise InputError(f"the relative bound {bound:g} of this field's value range {rng:g} is "
+                                 f"{bound * rng:g} in absolute terms (below the smallest float64): give a larger "
+                                 "bound, or mode abs")
             out.append(bound * rng)
         return out
 
@@ -372,9 +397,11 @@ class OursCompressor(Compressor):
     """The block codec's predictor for ``predictor: auto``: linear interpolation packed smaller than Lorenzo
     on every field set of the benchmark (``docs/foresight/results.md``), with no sampling pass."""
     SMALL = 1 << 20
-    """``level: auto`` is zstd 15 up to this many values (cheap there, and worth ~15% of size); above, each
-    byte plane's smaller frame of levels 1 and 6 (``LARGE_LEVELS``); the block codec's frames use level 1 (the
-    packing has done most of the work)."""
+    """``level: auto`` is each byte plane's smallest frame of ``SMALL_LEVELS`` up to this many values and of
+    ``LARGE_LEVELS`` above; the block codec's frames use level 1 (the packing has done most of the work)."""
+    SMALL_LEVELS = (1, 15)
+    """Level 15 writes NYX's 32^3 planes ~7 % smaller than level 1 at 1e-3, and is cheap at that size; on a 2^20
+    GRF at 1e-2 level 1 writes 8 % less (a level-15 frame alone jumped in size at the 2^20 boundary)."""
     LARGE_LEVELS = (1, 6)
     """On a 256^3 field's planes neither level wins everywhere: level 1's frame is 11 % smaller than level 6's
     at 1e-2 of the range, 1.7 % larger at 1e-4 (``docs/foresight/results.md``); level 1 costs a sixth of level
@@ -385,7 +412,8 @@ class OursCompressor(Compressor):
         if p["predictor"] not in PREDICTORS:
             raise InputError(f"compressor 'ours': predictor must be one of {', '.join(PREDICTORS)}; "
                              f"got {p['predictor']!r}")
-        if p["level"] != "auto" and (not isinstance(p["level"], int) or not 1 <= p["level"] <= 22):
+        if p["level"] != "auto" and (not isinstance(p["level"], int) or isinstance(p["level"], bool)
+                                     or not 1 <= p["level"] <= 22):
             raise InputError(f"compressor 'ours': level must be auto or an integer in 1..22, got {p['level']!r}")
         if p["codec"] not in self.CODECS:
             raise InputError(f"compressor 'ours': codec must be one of {', '.join(self.CODECS)}; got {p['codec']!r}")
@@ -407,7 +435,8 @@ class OursCompressor(Compressor):
     def _encode(self, x, p, eb):
         if self._codec(p, [x]) == "blocks":
             return self._blocks([x], [eb], p)[0]
-        level = p["level"] if p["level"] != "auto" else (15 if x.numel() <= self.SMALL else self.LARGE_LEVELS)
+        level = p["level"] if p["level"] != "auto" else (self.SMALL_LEVELS if x.numel() <= self.SMALL
+                                                         else self.LARGE_LEVELS)
         used, sections = lorenzo_encode(x, eb, backend=p["backend"], level=level, predictor=p["predictor"])
         return pack_sections(sections), {"codec": "planes", "predictor": used}
 
@@ -470,6 +499,8 @@ class OursCompressor(Compressor):
             if "sum32" in c.meta and payload_sum(payload.numpy()) != c.meta["sum32"]:  # frames without a checksum
                 raise InputError("corrupt payload: its sum is not the one in the header (a changed byte)")
             return blocks_decode(payload, c.meta, c.shape, dtype, c.meta["eb"], device)
+        if "eb" not in c.meta or "predictor" not in c.meta:
+            raise InputError("corrupt header: the error bound or the predictor is missing")
         return lorenzo_decode(unpack_sections(c.payload), c.shape, dtype, c.meta["eb"], c.meta["predictor"], device)
 
 

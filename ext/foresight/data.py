@@ -91,7 +91,10 @@ def load_numpy(path: str | Path, fields: list[str] | None = None) -> dict[str, t
     for f in fields:
         if f not in arrays:
             raise InputError(f"{path}: no field {f!r} (fields: {', '.join(arrays)})")
-        out[f] = torch.from_numpy(np.ascontiguousarray(arrays[f]))
+        a = np.asarray(arrays[f])
+        if not a.dtype.isnative:  # a big-endian file: torch reads the machine's byte order only
+            a = a.astype(a.dtype.newbyteorder("="))
+        out[f] = torch.from_numpy(a if a.flags.c_contiguous else a.copy(order="C"))  # (0-d stays 0-d)
     return out
 
 

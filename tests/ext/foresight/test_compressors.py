@@ -166,3 +166,77 @@ def test_a_damaged_file_is_an_error_not_a_wrong_field(name):
     head = blob[len(MAGIC_V1) + 4:len(MAGIC_V1) + 4 + struct.unpack_from("<I", blob, len(MAGIC_V1))[0]]
     v1 = MAGIC_V1 + struct.pack("<I", len(head)) + head + c.payload
     assert torch.equal(decompress(Compressed.from_bytes(v1)), want)
+
+
+def test_a_file_whose_checksum_holds_but_whose_header_or_lists_lie_is_one_error():
+    """A file written by something else (its CRC-32 right): a dtype other than float32/float64, a negative
+    dimension, a missing or non-numeric bound, an outlier index outside the field, values of the wrong size:
+    each one InputError, never a traceback or a quietly decoded field of another type."""
+    import copy
+
+    from torchhpc.ext.foresight.ops import pack_sections, unpack_sections, zstd_compress
+
+    x = torch.randn(9, 8, 7, generator=torch.Generator().manual_seed(5)).cumsum(0)
+    c = compress(x, "ours", mode="abs", bound=1e-3)
+
+    def refused(match: str, **changes) -> None:
+        d = copy.deepcopy(c)
+        for k, v in changes.items():
+            setattr(d, k, v)
+        with pytest.raises(InputError, match=match):
+            decompress(Compressed.from_bytes(d.to_bytes(), where="x.fsz"))
+
+    for dtype in ("int8", "float16", "nonsense"):
+        refused("x.fsz: corrupt header", dtype=dtype)
+    refused("x.fsz: corrupt header", shape=(9, -8, 7))
+    refused("the error bound or the predictor is missing", meta={k: v for k, v in c.meta.items() if k != "eb"})
+    refused("the error bound 'abc' is not a positive finite number", meta={**c.meta, "eb": "abc"})
+    base, idx, vals = unpack_sections(c.payload)
+    sections = unpack_sections(base)
+    far = [zstd_compress(np.array([10**6], "<i8").tobytes()), zstd_compress(np.array([1.0], "<f4").tobytes())]
+    refused("an outlier index outside the field's 504 values", payload=pack_sections([pack_sections(far + sections[2:]),
+                                                                                    idx, vals]))
+    refused("12 bytes are not a whole number of float64 values", dtype="float64",
+            payload=pack_sections([pack_sections([sections[0], zstd_compress(b"\0" * 12)] + sections[2:]), idx, vals]))
+
+
+def test_inputs_users_have_compress_as_they_are():
+    """A tensor that requires grad, a big-endian .npy, a 0-d .npy (its shape kept); a relative bound that is 0
+    in float64 for a tiny field, a zstd level given as true: one line each."""
+    from torchhpc.ext.foresight.data import load_fields
+
+    x = torch.randn(6, 7, generator=torch.Generator().manual_seed(2), requires_grad=True)
+    for backend in ("torch", "numba"):
+        y = decompress(compress(x, "ours", mode="abs", bound=1e-3, backend=backend))
+        assert (y - x.detach()).abs().max() <= 1e-3
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        a = np.random.default_rng(0).standard_normal((4, 5, 6))
+        np.save(Path(tmp) / "be.npy", a.astype(">f4"))
+        np.save(Path(tmp) / "scalar.npy", np.float32(3.5))
+        be = load_fields(Path(tmp) / "be.npy")["be"]
+        assert be.dtype == torch.float32 and torch.equal(be, torch.from_numpy(a.astype("<f4")))
+        scalar = load_fields(Path(tmp) / "scalar.npy")["scalar"]
+        assert scalar.shape == () and float(scalar) == 3.5
+    tiny = torch.rand(10, 10, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 1e-30
+    with pytest.raises(InputError, match="is 0 in absolute terms"):
+        compress(tiny, "ours", mode="rel", bound=1e-300)
+    with pytest.raises(InputError, match="level must be auto or an integer"):
+        compress(tiny, "ours", mode="abs", bound=1e-3, level=True)
+
+
+def test_each_plane_keeps_the_smallest_frame_of_its_levels():
+    """``level: auto`` writes each byte plane at the smaller of two zstd levels: never larger than either alone
+    (levels 1 and 15 up to 2^20 values: on a smooth 2^20 field at 1e-2 of its range level 1 wins)."""
+    from torchhpc.ext.foresight.compressors import OursCompressor
+    from torchhpc.ext.foresight.ops import plane_sections
+
+    rng = np.random.default_rng(4)
+    planes = [np.repeat(rng.integers(0, 3, 5000), 3).astype(np.uint8), rng.integers(0, 256, 9000).astype(np.uint8)]
+    both = plane_sections(planes, 2, (1, 15))
+    for i, p in enumerate(planes):
+        alone = [len(plane_sections([p], 1, lv)[1]) for lv in (1, 15)]
+        assert len(both[i + 1]) == min(alone)
+    assert OursCompressor.SMALL_LEVELS == (1, 15) and OursCompressor.LARGE_LEVELS == (1, 6)
