@@ -279,8 +279,7 @@ def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: 
     """
     if predictor not in PREDICTORS:
         raise InputError(f"predictor must be one of {', '.join(PREDICTORS)}; got {predictor!r}")
-    if not (isinstance(eb, (int, float)) and math.isfinite(eb) and eb > 0):
-        raise InputError(f"the absolute error bound must be a positive finite number; got {eb!r}")
+    eb = _positive(eb, "the absolute error bound must be a positive finite number")
     if encode_backend(backend, x) == "numba":
         return _encode_compiled(x, eb, level, predictor)
     q, d = lorenzo_quantize(x, eb, "torch" if backend == "numba" else backend, residual=predictor == "lorenzo")
@@ -296,6 +295,17 @@ def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: 
     small = outlier_level(level)
     return used, [zstd_compress(np.diff(idx, prepend=0).tobytes(), small), zstd_compress(vals.tobytes(), small),
                   *encode_residuals(r, level)]
+
+
+def _positive(eb, message: str) -> float:
+    """``eb`` as a positive finite float (a numpy or torch scalar included); InputError with ``message``."""
+    try:
+        value = float(eb)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0) or isinstance(eb, (bool, str)):
+        raise InputError(f"{message}; got {eb!r}")
+    return value
 
 
 def encode_backend(backend: str, x: torch.Tensor) -> str:
@@ -362,8 +372,7 @@ def _encode_compiled(x: torch.Tensor, eb: float, level: int | tuple[int, ...], p
 def lorenzo_decode(sections: list[bytes], shape: tuple[int, ...], dtype: torch.dtype, eb: float,
                    predictor: str = "lorenzo", device: torch.device | str = "cpu") -> torch.Tensor:
     """Inverse of :func:`lorenzo_encode`: the ``shape``/``dtype`` tensor within ``eb`` of the input."""
-    if not (isinstance(eb, (int, float)) and math.isfinite(eb) and eb > 0):
-        raise InputError(f"corrupt payload: the error bound {eb!r} is not a positive finite number")
+    eb = _positive(eb, "corrupt payload: the error bound is not a positive finite number")
     if len(sections) < 4:
         raise InputError(f"corrupt payload: expected at least 4 sections, got {len(sections)}")
     vol = as_volume(tuple(shape))

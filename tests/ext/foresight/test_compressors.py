@@ -190,7 +190,7 @@ def test_a_file_whose_checksum_holds_but_whose_header_or_lists_lie_is_one_error(
         refused("x.fsz: corrupt header", dtype=dtype)
     refused("x.fsz: corrupt header", shape=(9, -8, 7))
     refused("the error bound or the predictor is missing", meta={k: v for k, v in c.meta.items() if k != "eb"})
-    refused("the error bound 'abc' is not a positive finite number", meta={**c.meta, "eb": "abc"})
+    refused("the error bound is not a positive finite number; got 'abc'", meta={**c.meta, "eb": "abc"})
     base, idx, vals = unpack_sections(c.payload)
     sections = unpack_sections(base)
     far = [zstd_compress(np.array([10**6], "<i8").tobytes()), zstd_compress(np.array([1.0], "<f4").tobytes())]

@@ -117,3 +117,17 @@ def test_a_compressed_field_decodes_within_its_bound_through_the_compressor():
     finite = torch.isfinite(x)
     assert (y[finite] - x[finite]).abs().max() <= 1e-2
     assert torch.equal(torch.isnan(y), torch.isnan(x)) and torch.equal(y[torch.isinf(x)], x[torch.isinf(x)])
+
+
+def test_a_bound_that_is_not_positive_and_finite_is_one_line_on_both_backends():
+    """0, negative, NaN, inf, a string or a bool: InputError from either backend (the compiled one wrote a
+    payload of outliers for a negative bound, the torch one raised ValueError); a numpy or torch scalar is a
+    bound like its float."""
+    x = _field((4, 5, 6), torch.float32)
+    for backend in ("torch", "numba"):
+        for eb in (0, -1e-3, float("nan"), float("inf"), "1e-3", True):
+            with pytest.raises(InputError, match="the absolute error bound must be a positive finite number"):
+                lorenzo_encode(x, eb, backend=backend)
+        assert lorenzo_encode(x, np.float64(1e-3), backend=backend) == lorenzo_encode(x, 1e-3, backend=backend)
+        assert lorenzo_encode(x, torch.tensor(0.5, dtype=torch.float64), backend=backend) == \
+            lorenzo_encode(x, 0.5, backend=backend)
