@@ -69,11 +69,23 @@ class TriplesResult:
         flops = triples_flops(self.inputs.nocc, self.inputs.nvir)
         return flops / self.seconds / 1e9 if self.seconds > 0 else float("nan")
 
+    JSON_KEYS = ("e_t", "e_ccsd", "e_hf", "e_total", "seconds", "gflops", "nocc", "nvir", "source", "basis",
+                 "frozen", "triples_backend", "device", "saved")
+    """What :meth:`as_json` always holds: what the text report prints."""
+
     def as_json(self) -> dict:
-        """``{"e_t", "e_ccsd", "e_hf", "seconds", "gflops"}`` (+ ``e_t_pyscf``, ``abs_diff`` when compared);
-        unknown energies are ``None``."""
-        out = {"e_t": self.e_t, "e_ccsd": _finite(self.inputs.e_ccsd), "e_hf": _finite(self.inputs.e_hf),
-               "seconds": self.seconds, "gflops": self.gflops}
+        """:data:`JSON_KEYS`: the energies (``e_total`` = E(CCSD) + E(T)), the timing, the active orbitals, what
+        was computed (formula or inputs file, basis, frozen core), which (T) implementation ran where
+        (``triples_backend``, ``device``) and where the inputs were saved (+ ``e_t_pyscf``, ``abs_diff`` when
+        compared; out of core or distributed, the run's statistics, ``backend`` there being the collectives');
+        unknown values are ``None``."""
+        meta, e_ccsd = self.inputs.meta, _finite(self.inputs.e_ccsd)
+        out = {"e_t": self.e_t, "e_ccsd": e_ccsd, "e_hf": _finite(self.inputs.e_hf),
+               "e_total": None if e_ccsd is None else e_ccsd + self.e_t,
+               "seconds": self.seconds, "gflops": self.gflops, "nocc": self.inputs.nocc, "nvir": self.inputs.nvir,
+               "source": self.source, "basis": meta.get("basis"), "frozen": meta.get("frozen"),
+               "triples_backend": self.backend, "device": str(self.device),
+               "saved": None if self.saved is None else str(self.saved)}
         if self.e_t_pyscf is not None:
             out["e_t_pyscf"] = self.e_t_pyscf
             out["abs_diff"] = abs(self.e_t - self.e_t_pyscf)
@@ -155,12 +167,42 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
                          mode=details.get("mode", "in-core"), stats=stats)
 
 
+def check_memory_before_scf(options: CCSDTOptions, mol=None) -> None:
+    """``--max-memory`` against the least the (T) needs for ``options.molecule`` (its PySCF ``mol`` where built),
+    before RHF and CCSD run: nocc and nvir follow from the electrons, the basis functions and the frozen core
+    (PySCF's chemical core), so a budget that cannot hold one triple fails in a second, not after the SCF and
+    CCSD (hours on a large molecule). The same message the (T) gives later.
+
+    Raises:
+        InputError: the budget cannot hold the operands, three slices and one triple's buffers.
+    """
+    if options.max_memory is None or options.inputs is not None:
+        return
+    from pyscf.data import elements
+
+    from .slices import sliced_layout
+
+    if mol is None:
+        from .molecule import build_molecule, parse_atom_string, read_xyz
+
+        m = options.molecule
+        atoms = read_xyz(m.xyz) if m.xyz is not None else parse_atom_string(m.atom)
+        mol = build_molecule(atoms, m.basis, m.charge, m.unit)
+    occupied = mol.nelectron // 2
+    nocc = occupied - (elements.chemcore(mol) if options.molecule.frozen_core else 0)
+    nvir = mol.nao - occupied  # PySCF may drop near-linear-dependent functions: then the need is smaller still
+    if nocc >= 1 and nvir >= 1:
+        sliced_layout(nocc, nvir, 1, options.max_memory)
+
+
 def _prepare(options: CCSDTOptions) -> tuple[TriplesInputs, dict, list, object | None]:
     """The inputs of ``options`` (PySCF with ``options.dist.threads``, or the saved file)."""
     from .io import load_inputs, prepare_triples
 
     if options.inputs is not None:
         return load_inputs(options.inputs), {}, [], None
+    if options.molecule.atom or options.molecule.xyz is not None:
+        check_memory_before_scf(options)
     with _pyscf_threads(options.dist.threads):
         prepared = prepare_triples(options.molecule)
     return prepared.inputs, prepared.timings, prepared.warnings, prepared
@@ -281,7 +323,7 @@ def launch(options: CCSDTOptions) -> int:
 
         require_pyscf()
         atoms = read_xyz(mol.xyz) if mol.xyz is not None else parse_atom_string(mol.atom)
-        build_molecule(atoms, mol.basis, mol.charge, mol.unit)
+        check_memory_before_scf(options, build_molecule(atoms, mol.basis, mol.charge, mol.unit))
     if options.inputs is not None:  # the per-rank budget, checked before any rank starts
         from .io import load_inputs
         from .slices import sliced_layout

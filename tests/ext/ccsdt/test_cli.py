@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from torchhpc.ext.ccsdt.commands import TriplesResult
+
 pytest.importorskip("pyscf")
 
 from torchhpc.ext.ccsdt.molecule import hill_formula, parse_atom_string  # noqa: E402
@@ -41,14 +43,18 @@ def test_json_matches_pyscf_and_saved_inputs_rerun_without_pyscf(cli, tmp_path, 
     lines = res.stdout.strip().splitlines()
     assert len(lines) == 1
     out = json.loads(lines[0])
-    assert set(out) == {"e_t", "e_ccsd", "e_hf", "seconds", "gflops", "e_t_pyscf", "abs_diff"}
+    assert set(out) == set(TriplesResult.JSON_KEYS) | {"e_t_pyscf", "abs_diff"}
     assert out["abs_diff"] < 1e-10 and abs(out["e_t"] - out["e_t_pyscf"]) < 1e-10
     assert out["e_t"] < 0 and out["e_ccsd"] < out["e_hf"] < 0
     assert out["seconds"] > 0 and out["gflops"] > 0
+    # what the text report prints is in the JSON too
+    assert out["e_total"] == out["e_ccsd"] + out["e_t"] and (out["nocc"], out["nvir"]) == (4, 8)
+    assert (out["source"], out["basis"], out["frozen"]) == ("H2O", "6-31g", 1)
+    assert (out["triples_backend"], out["device"], out["saved"]) == ("torch", "cpu", str(npz))
     again = cli("ccsdt", "--inputs", str(npz), "--json", env=no_pyscf)
     assert again.returncode == 0, again.stderr
     back = json.loads(again.stdout)
-    assert set(back) == {"e_t", "e_ccsd", "e_hf", "seconds", "gflops"}
+    assert set(back) == set(TriplesResult.JSON_KEYS)
     assert abs(back["e_t"] - out["e_t"]) < 1e-14
     assert (back["e_hf"], back["e_ccsd"]) == (out["e_hf"], out["e_ccsd"])
 
@@ -173,3 +179,34 @@ def test_geometry_helpers():
     assert hill_formula(["O", "H", "H"]) == "H2O"
     assert hill_formula(["H", "C", "Cl", "H", "H", "H"]) == "CH4Cl"
     assert hill_formula(["N", "H", "H", "H"]) == "H3N"
+
+
+def test_a_memory_budget_too_small_is_refused_before_the_scf(monkeypatch):
+    """--max-memory below the (T)'s least need is refused before RHF and CCSD run (they took seconds to hours
+    first), with the (T)'s own message; the orbitals it counts are PySCF's after set_frozen."""
+    from pyscf import cc, scf
+
+    from torchhpc.ext.ccsdt import commands, io
+    from torchhpc.ext.ccsdt.config import CCSDTOptions, MoleculeOptions
+    from torchhpc.ext.ccsdt.molecule import build_molecule
+    from torchhpc.ext.core.errors import InputError
+
+    def scf_ran(*args, **kwargs):
+        raise AssertionError("RHF and CCSD ran before the memory check")
+
+    monkeypatch.setattr(io, "prepare_triples", scf_ran)
+    n2 = "N 0 0 0; N 0 0 1.0977"
+    for frozen in (False, True):
+        options = CCSDTOptions(molecule=MoleculeOptions(atom=n2, basis="cc-pvdz", frozen_core=frozen), max_memory=0.01)
+        with pytest.raises(InputError, match=f"nocc={5 if frozen else 7}, nvir=21 even out of core"):
+            commands.compute(options)
+    for atom, basis in ((n2, "cc-pvdz"), (WATER, "6-31g"), ("Ne 0 0 0", "cc-pvtz")):
+        mol = build_molecule(parse_atom_string(atom), basis, 0, "angstrom")
+        mycc = cc.CCSD(scf.RHF(mol))
+        mycc.set_frozen()
+        seen = {}
+        monkeypatch.setattr("torchhpc.ext.ccsdt.slices.sliced_layout",
+                            lambda o, v, *a, **k: seen.update(nocc=o, nvir=v))
+        options = CCSDTOptions(molecule=MoleculeOptions(atom=atom, basis=basis, frozen_core=True), max_memory=1.0)
+        commands.check_memory_before_scf(options)
+        assert seen == {"nocc": mycc.nocc, "nvir": mycc.nmo - mycc.nocc}, atom
