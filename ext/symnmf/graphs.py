@@ -159,6 +159,13 @@ def read_gml(path: str | Path, *, label_attribute: str | None = "value") -> Grap
         values = [g.nodes[v].get(label_attribute) for v in nodes]
         if all(x is not None for x in values):
             labels = _factorize(values)
+        else:
+            others = sorted({a for v in nodes for a in g.nodes[v]} - {label_attribute, "label", "id"})
+            if others:  # the ground truth may be there under another name: say which
+                missing = sum(x is None for x in values)
+                warnings.warn(f"{path}: {missing} of {len(nodes)} nodes lack the attribute {label_attribute!r} "
+                              f"(--graph.label-attribute), so no ARI/NMI; the nodes have {', '.join(others)}",
+                              UserWarning, stacklevel=2)
     return Graph(A, np.asarray(nodes), labels, str(path))
 
 

@@ -204,9 +204,9 @@ def test_a_memory_budget_too_small_is_refused_before_the_scf(monkeypatch):
         mol = build_molecule(parse_atom_string(atom), basis, 0, "angstrom")
         mycc = cc.CCSD(scf.RHF(mol))
         mycc.set_frozen()
-        seen = {}
+        seen: dict = {}
         monkeypatch.setattr("torchhpc.ext.ccsdt.slices.sliced_layout",
-                            lambda o, v, *a, **k: seen.update(nocc=o, nvir=v))
+                            lambda o, v, *a, seen=seen, **k: seen.update(nocc=o, nvir=v))
         options = CCSDTOptions(molecule=MoleculeOptions(atom=atom, basis=basis, frozen_core=True), max_memory=1.0)
         commands.check_memory_before_scf(options)
         assert seen == {"nocc": mycc.nocc, "nvir": mycc.nmo - mycc.nocc}, atom

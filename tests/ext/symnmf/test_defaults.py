@@ -270,3 +270,45 @@ def test_defaults_at_or_above_spectral_clustering_on_the_breast_cancer_graph():
     ari = clustering_scores(y, ours.labels)["ari"]
     assert ours.assigned_by == "kmeans" and argmax.assigned_by == "argmax"
     assert ari >= spectral - 0.006 and ari > clustering_scores(y, argmax.labels)["ari"] + 0.012, (ari, spectral)
+
+
+def test_eigengap_hint_leaves_out_the_first_gap():
+    """The leading eigenvalue of a normalised graph is 1 and set apart, so the hint looks from j = 2 on: three
+    cliques give 3 (the first gap is larger still), fewer than three eigenvalues give none."""
+    assert eigengap_k([1.0, 0.95, 0.9, 0.2, 0.1]) == 3
+    assert eigengap_k([1.0, 0.3, 0.28, 0.1]) == 3
+    assert eigengap_k([1.0, 0.2]) is None and eigengap_k(None) is None
+
+
+def test_a_gml_without_the_label_attribute_says_which_attributes_it_has(tmp_path, capsys):
+    """A dolphins-like GML whose nodes carry ``group`` but not the default ``value``: one warning naming
+    ``group`` (it was silent); with --graph.label-attribute group the scores are there. An --output that is a file, or where
+    nothing can be written, is one line naming --output."""
+    import networkx as nx
+
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.symnmf.commands import run
+
+    g = nx.disjoint_union_all([nx.complete_graph(6) for _ in range(2)])
+    g.add_edge(0, 6)
+    for v in g.nodes:
+        g.nodes[v]["group"] = v // 6
+    path = tmp_path / "two.gml"
+    nx.write_gml(g, path)
+
+    def job(out, attribute="value"):
+        return SymnmfJob(graph=GraphOptions(path=str(path), label_attribute=attribute), solver=SolverOptions(k=2),
+                         output=str(out), plot=False, save_h=False, run=RunOptions(progress=False), json=True)
+
+    assert run(job(tmp_path / "a")) == 0  # --json: the warning is in the object (a warning line without it)
+    summary = json.loads(capsys.readouterr().out)
+    assert "ari" not in summary and any(
+        "12 of 12 nodes lack the attribute 'value' (--graph.label-attribute), so no ARI/NMI; the nodes have group"
+        in w for w in summary["warnings"])
+    assert run(job(tmp_path / "b", "group")) == 0
+    assert json.loads(capsys.readouterr().out)["ari"] == 1.0
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="--output .*afile: a file is there; give a folder"):
+        run(job(tmp_path / "afile"))
+    with pytest.raises(InputError, match="--output /proc/x: cannot write the run there"):
+        run(job("/proc/x"))
