@@ -154,8 +154,8 @@ def add_options(
         default = default_of(f)
         help_text = (meta.get("help") or "").replace("%", "%%")
         help_text = f"{help_text} (default: {format_default(default).replace('%', '%%')})"
-        if _is_bool(tp) and default is True:  # a flag alone sets true: say how to turn it off
-            help_text = help_text[:-1] + f"; {option_flag(key, f)} false turns it off)"
+        if _is_bool(tp) and default is True and not meta.get("neg_flag"):  # a flag alone sets true: say how to
+            help_text += f"; {option_flag(key, f)} false turns it off"            # turn it off
         dest = f"{_DEST}{key}"
         if meta.get("positional"):
             nargs = None if default == "(required)" else "?"

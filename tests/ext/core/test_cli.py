@@ -47,6 +47,22 @@ def test_help_lists_every_option_with_default():
         assert f"(default: {default})" in text, (flag, default)
         assert doc.split(" (")[0] in text
     assert "--optim.lr" in text and "(default: 0.0003)" in text and "--nogapped" in text
+    assert "--gapped false turns it off" not in text  # it has its own negative flag
+
+
+def test_a_bool_option_that_defaults_to_true_says_how_to_turn_it_off():
+    """A flag alone sets true, so --help says ``--plot false`` where the default is true and there is no
+    negative flag; that spelling parses to false."""
+    @dataclass
+    class Plotting:
+        plot: bool = option(True, help="write the plot")
+        quiet: bool = option(False, help="say less")
+
+    p = ArgumentParser(prog="job")
+    add_options(p, Plotting)
+    text = " ".join(p.format_help().split())
+    assert "write the plot (default: true); --plot false turns it off" in text and "--quiet false" not in text
+    assert options_from_args(Plotting, p.parse_args(["--plot", "false"])).plot is False
 
 
 def test_flags_build_the_dataclass_with_precedence(tmp_path):
