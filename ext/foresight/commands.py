@@ -35,14 +35,15 @@ def run(cfg: SweepConfig) -> int:
 
     from torchhpc.ext.core.runs import open_run
 
-    from .sweep import run_sweep
+    from .sweep import load_input, run_sweep
 
     if cfg.dist.threads:
         torch.set_num_threads(cfg.dist.threads)
+    inputs = load_input(cfg)  # a missing or unreadable input fails before a run folder exists
     # the ranks gather their rows over gloo whatever device the compressor runs on
     with distributed(device="cpu", timeout_s=cfg.dist.timeout_s) as ctx:
         sweep_run = open_run("foresight", cfg, cfg.run, ctx)
-        summary = run_sweep(cfg, sweep_run, ctx)
+        summary = run_sweep(cfg, sweep_run, ctx, inputs)
     if summary:
         best = "; ".join(f"{b['compressor']} {b['params']}" + (f" ({b['ratio']:.1f}x)" if b["ratio"] else "")
                          for b in summary["best"])

@@ -309,10 +309,12 @@ def best_settings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "min_psnr": None}) for c in tried]
 
 
-def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None) -> dict[str, Any]:
+def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None,
+              inputs: tuple[dict[str, torch.Tensor], float | None] | None = None) -> dict[str, Any]:
     """Run the sweep of ``cfg`` into ``run`` (a :class:`~torchhpc.ext.core.runs.Run`); this rank's slice
     under torchrun (``ctx``, the job's :class:`~torchhpc.ext.core.distributed.DistContext`; ``None``: one
-    process).  Rank 0 writes the database, the table and the page and returns the summary.
+    process).  Rank 0 writes the database, the table and the page and returns the summary. ``inputs``: the
+    fields and box of :func:`load_input`, where the caller read them already (before the run folder exists).
 
     Raises:
         InputError: ``cfg.dist.device`` cannot be used here, or the input cannot be read.
@@ -321,7 +323,7 @@ def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None) -> dict[str
 
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
     device = pick_device(cfg.dist.device)
-    fields, box = load_input(cfg)
+    fields, box = load_input(cfg) if inputs is None else inputs
     settings = sweep_settings(cfg)
     ref = original_analyses(cfg, fields, box)
     cdb = run.dir / f"{cfg.output.name}.cdb"

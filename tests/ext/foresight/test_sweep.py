@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -206,6 +207,14 @@ def test_a_missing_input_names_the_option_and_where_a_relative_path_is_read_from
     absolute = load_config(SweepConfig, write(tmp_path, text.replace("data/missing.h5", str(tmp_path / "no.h5"))))
     with pytest.raises(InputError, match=r"does not exist$"):
         load_input(absolute)
+    # `foresight run` reads the input before it makes the run folder: a failed run leaves none behind
+    from torchhpc.ext.foresight.commands import run
+
+    runs = tmp_path / "runs"
+    absolute = dataclasses.replace(absolute, run=dataclasses.replace(absolute.run, root=str(runs)))
+    with pytest.raises(InputError, match=r"does not exist$"):
+        run(absolute)
+    assert not runs.exists()
 
 
 def test_a_field_with_nan_is_refused_by_its_analyses_and_an_int_only_input_by_the_sweep(tmp_path):
