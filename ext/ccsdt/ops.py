@@ -213,7 +213,7 @@ def triples_energy_torch(
         blocks = [(s, min(s + nb, n)) for s in range(0, n, nb)]
         energies = torch.zeros(len(blocks), dtype=torch.float64, device=dev)
         if progress:
-            from tqdm.auto import tqdm
+            from torchhpc.ext.core.runs import progress_bar as tqdm
 
             bar = tqdm(total=len(blocks), desc="(T) blocks", unit="block")
         queue = iter(range(len(blocks)))

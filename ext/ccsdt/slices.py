@@ -372,7 +372,7 @@ def run_sliced(X: PairOperands, t2: torch.Tensor, triples: Sequence[tuple[int, i
     wts_all = torch.tensor(list(weights), dtype=torch.float64, device=dev)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from torchhpc.ext.core.runs import progress_bar as tqdm
 
         bar = tqdm(total=rounds, desc="(T) blocks", unit="block")
     try:

@@ -125,6 +125,26 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+
+LOG_INTERVAL_S = 30.0
+"""How often a progress bar redraws where stderr is a log, not a terminal or a notebook."""
+
+
+def progress_bar(iterable: Iterable[Any] | None = None, **kwargs: Any):
+    """A tqdm bar (``tqdm.auto``: a widget in a notebook) that redraws at most every :data:`LOG_INTERVAL_S`
+    seconds where stderr is neither a terminal nor a notebook (a file, a pipe, a job's log), so a log gets a
+    line now and then instead of a frame per update; ``kwargs`` as tqdm's."""
+    import sys
+
+    from tqdm.auto import tqdm
+
+    stream = kwargs.get("file") or sys.stderr
+    interactive = getattr(stream, "isatty", lambda: False)() or type(stream).__module__.startswith("ipykernel")
+    if not interactive:
+        kwargs.setdefault("mininterval", LOG_INTERVAL_S)
+    return tqdm(iterable, **kwargs)
+
+
 class Run:
     """One job's folder under ``runs/<system>/<run-id>/``.
 
@@ -283,12 +303,10 @@ class Run:
     # -- progress and plots ------------------------------------------------------------------------
 
     def progress(self, iterable: Iterable[Any] | None = None, **kwargs: Any):
-        """A tqdm bar on rank 0 (silent elsewhere, or when progress is off)."""
-        from tqdm.auto import tqdm
-
+        """A tqdm bar on rank 0 (silent elsewhere, or when progress is off): :func:`progress_bar`."""
         kwargs.setdefault("dynamic_ncols", True)
         kwargs.setdefault("leave", False)
-        return tqdm(iterable, disable=not (self.is_main and self.show_progress), **kwargs)
+        return progress_bar(iterable, disable=not (self.is_main and self.show_progress), **kwargs)
 
     def plot_metrics(
         self, keys: Sequence[str], filename: str = "metrics.png", *, x: str = "step", title: str | None = None,
@@ -458,10 +476,12 @@ def _jsonable(v: Any) -> Any:
 
 
 __all__ = [
+    "LOG_INTERVAL_S",
     "Run",
     "RunOptions",
     "agree",
     "open_run",
+    "progress_bar",
     "atomic_torch_save",
     "atomic_write_bytes",
     "atomic_write_text",

@@ -328,7 +328,7 @@ def analyze(dag: ExprDAG, options: BoundOptions | None = None, *, progress: bool
         chunk = max(1, min(n_out, 4_000_000 // max(1, dag.num_nodes)))
         bar = None
         if progress:
-            from tqdm import tqdm
+            from torchhpc.ext.core.runs import progress_bar as tqdm
             bar = tqdm(total=n_out, desc="fperror outputs", unit="out")
         lin_cut = None
         for s in range(0, n_out, chunk):

@@ -285,7 +285,7 @@ def parse_satire(text: str, path: str = "<string>", inputs: str = "exact", progr
     tk = Tokens(text, path, "#")
     bar = None
     if progress and len(tk.toks) > 200_000:
-        from tqdm import tqdm
+        from torchhpc.ext.core.runs import progress_bar as tqdm
         bar = tqdm(total=len(tk.toks), desc=f"parsing {Path(path).name}", unit="tok", unit_scale=True)
     b = DagBuilder()
     env: dict[str, int] = {}

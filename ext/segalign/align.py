@@ -133,7 +133,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
     one = 1 if workers > 1 else None
     bar = None
     if cfg.progress:
-        from tqdm import tqdm
+        from torchhpc.ext.core.runs import progress_bar as tqdm
 
         bar = tqdm(total=len(tasks), desc="filter", unit="interval", leave=False)
 

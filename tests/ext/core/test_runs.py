@@ -170,3 +170,26 @@ def test_newest_intact_skips_damaged_checkpoints_with_one_warning(tmp_path, caps
     assert newest_intact([], load, where=run.ckpt_dir) is None
     with pytest.raises(InputError, match=r"no intact checkpoint in .*ckpt-00000003.pt: cannot read"):
         newest_intact(files[:1], load, where=run.ckpt_dir)
+
+
+def test_progress_bars_redraw_rarely_into_a_log_and_as_usual_on_a_terminal():
+    """Where stderr is a file or a pipe (a job's log) a bar redraws at most every LOG_INTERVAL_S seconds: 1,000
+    updates write a start and an end, not a frame per update; on a terminal tqdm's own interval stays."""
+    import io
+
+    from torchhpc.ext.core.runs import LOG_INTERVAL_S, progress_bar
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    log = io.StringIO()
+    with progress_bar(total=1000, file=log, desc="work") as bar:
+        assert bar.mininterval == LOG_INTERVAL_S
+        for _ in range(1000):
+            bar.update(1)
+    assert log.getvalue().count("\r") <= 3 and "1000/1000" in log.getvalue()
+    with progress_bar(total=10, file=Terminal()) as bar:
+        assert bar.mininterval < LOG_INTERVAL_S
+    with progress_bar(total=10, file=io.StringIO(), mininterval=1.0) as bar:  # the caller's choice stands
+        assert bar.mininterval == 1.0
