@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,7 +108,9 @@ def fail_on_every_rank(exc: BaseException, rank: int) -> None:
     (:data:`~torchhpc.ext.core.launch.LAUNCHER_ENV` set) every rank raises it: the launcher shows one
     line whichever rank exits first, and torchrun stops the others as soon as one exits, so a rank 0
     that is slower than its peers would otherwise never print it.  Under a bare torchrun the other ranks
-    exit with status 1 and say nothing.
+    say nothing and exit with status 1 after :data:`PEER_EXIT_GRACE_S` seconds: torchrun stops every rank
+    when the first one exits, so a peer exiting at once could stop rank 0 before it printed the line (seen
+    in CI); rank 0 exits first, and torchrun then stops the waiting peers.
 
     Raises:
         BaseException: ``exc``; or ``SystemExit(1)`` on a rank other than 0 outside the launcher.
@@ -116,7 +119,12 @@ def fail_on_every_rank(exc: BaseException, rank: int) -> None:
 
     if rank == 0 or os.environ.get(LAUNCHER_ENV) == "1":
         raise exc
+    time.sleep(PEER_EXIT_GRACE_S)
     raise SystemExit(1) from None
+
+
+PEER_EXIT_GRACE_S = 10.0
+"""How long a rank other than 0 waits, under a bare torchrun, before it exits for an error rank 0 reports."""
 
 
 def torchrun_rank() -> tuple[int, int]:

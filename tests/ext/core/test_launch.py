@@ -105,6 +105,24 @@ def test_an_error_every_rank_finds_is_one_line_whichever_rank_exits_first(probe,
     assert os.listdir(scratch) == []
 
 
+@pytest.mark.distributed
+def test_under_a_bare_torchrun_rank_0_says_the_error_even_when_it_is_the_slowest(probe, monkeypatch):
+    """A bare torchrun (not the torchhpc launcher): every rank rejects the config, rank 0 last (5 s later). The
+    other ranks wait before they exit, so torchrun does not stop rank 0 before its line (it did in CI)."""
+    import subprocess
+    import sys
+
+    from torchhpc.ext.core.launch import LAUNCHER_ENV
+
+    monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", JOB, "--all-fail", "--out", str(probe)], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode != 0
+    ours = [ln for ln in res.stderr.splitlines() if ln.startswith(f"{JOB}: error:")]
+    assert ours == [f"{JOB}: error: the config every rank rejects"], res.stderr[-2000:]
+
+
 @pytest.mark.parametrize("launcher", [False, True])
 def test_an_error_every_rank_finds_is_said_by_rank_0_or_under_the_launcher_by_all(monkeypatch, launcher):
     """Under a bare torchrun only rank 0 raises the error (the others exit 1 silently); under the torchhpc
@@ -117,6 +135,7 @@ def test_an_error_every_rank_finds_is_said_by_rank_0_or_under_the_launcher_by_al
         monkeypatch.setenv(LAUNCHER_ENV, "1")
     else:
         monkeypatch.delenv(LAUNCHER_ENV, raising=False)
+    monkeypatch.setattr("torchhpc.ext.core.distributed.PEER_EXIT_GRACE_S", 0.0)
     exc = InputError("bad")
     with pytest.raises(InputError):
         fail_on_every_rank(exc, 0)
