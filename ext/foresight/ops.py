@@ -282,7 +282,7 @@ def lorenzo_encode(x: torch.Tensor, eb: float, *, backend: str = "auto", level: 
     eb = _positive(eb, "the absolute error bound must be a positive finite number")
     if encode_backend(backend, x) == "numba":
         return _encode_compiled(x, eb, level, predictor)
-    q, d = lorenzo_quantize(x, eb, "torch" if backend == "numba" else backend, residual=predictor == "lorenzo")
+    q, d = lorenzo_quantize(x, eb, backend, residual=predictor == "lorenzo")
     used, r = _residuals(q, d, predictor)
     del d
     flat = x.reshape(-1)
