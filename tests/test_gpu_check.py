@@ -52,3 +52,53 @@ def test_bad_input_is_one_line():
     if not torch.cuda.is_available():
         res = _run("--device", "cuda")
         assert res.returncode == 1 and len(res.stderr.strip().splitlines()) == 1 and "no CUDA" in res.stderr
+
+
+def _gpu_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_check_script", REPO / "benchmarks" / "gpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_segalign_rows_carry_the_in_process_seconds_of_stats():
+    """The segalign step reads ``--stats``' last JSON line from standard error: the in-process seconds beside
+    the command's wall time (start-up apart); no JSON, no figures."""
+    gpu = _gpu_module()
+    err = 'a warning\n{"index_seconds": 0.5, "filter_seconds": 1.234, "hits": 9, "gapped_seconds": 2.0}\n'
+    res = subprocess.CompletedProcess([], 0, stdout="", stderr=err)
+    assert gpu._align_stats(res) == {"index_seconds": 0.5, "filter_seconds": 1.23, "gapped_seconds": 2.0}
+    assert gpu._align_stats(subprocess.CompletedProcess([], 0, stdout="", stderr="no stats\n")) == {}
+
+
+def test_side_by_side_anchors_fail_with_their_error_and_leave_nothing_running():
+    """LASTZ's two runs go side by side: one that fails raises its standard error's tail, and the other is
+    killed, not left behind; each run's own seconds come back in order."""
+    import pytest
+
+    gpu = _gpu_module()
+    marker = f"gpu-check-{id(gpu)}"
+    with pytest.raises(RuntimeError, match="lastz exited 3: no such file"):
+        gpu._timed_together([["sh", "-c", "echo no such file >&2; exit 3"],
+                             [sys.executable, "-c", "import time; time.sleep(30)", marker]], 60, "lastz")
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+    took = gpu._timed_together([["true"], ["true"]], 60, "true")
+    assert len(took) == 2 and all(t >= 0 for t in took)
+
+
+def test_gpu_machine_script_says_what_is_missing_in_one_line(tmp_path):
+    """benchmarks/gpu_machine.sh: run without a prepared folder is one line naming prepare (exit 1); an
+    unknown command prints the usage (exit 2)."""
+    import os
+
+    script = str(REPO / "benchmarks" / "gpu_machine.sh")
+    env = {**os.environ, "GPUCHECK_DIR": str(tmp_path / "absent")}
+    res = subprocess.run([script, "run"], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        f"gpu_machine.sh: no {tmp_path / 'absent'}/ here: run 'prepare' where there is internet"]
+    res = subprocess.run([script, "bogus"], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2 and res.stderr.startswith("usage:")
