@@ -30,10 +30,14 @@ def register(sub) -> None:
                          help="GEMS: memory-aware pipeline parallelism (MAST, MASTER, Hybrid) with torchrun")
     config_command(gsub, "train", GemsConfig, commands.train, config_file=True,
                    help="train from a config (launches torchrun with stages x groups processes)")
+    # partition and simulate read a training config and run in this process: its launch and run-folder keys
+    # stay valid there (saved configs hold them) but do nothing, which a warning says when they are typed
+    here = {"unused": ("dist.nproc", "dist.timeout_s", "run.resume", "run.run_id", "run.root"),
+            "unused_why": "they set up a training run's processes and folder; this command runs here and writes none"}
     config_command(gsub, "partition", GemsConfig, commands.partition, config_file=True,
-                   help="profile the blocks and print the per-stage time and memory report")
+                   help="profile the blocks and print the per-stage time and memory report", **here)
     config_command(gsub, "simulate", GemsSimulate, commands.simulate, config_file=True,
-                   help="discrete-event prediction of throughput and memory up to 1,024 devices")
+                   help="discrete-event prediction of throughput and memory up to 1,024 devices", **here)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from .config import _MISSING, ConfigError, add_config_arguments, load_config
-from .errors import TorchHPCError
+from .errors import TorchHPCError, warn
 
 OPTIONS_ATTR = "_torchhpc_options"
 """Parser default that records which dataclass a command's flags come from (tests read it)."""
@@ -400,17 +400,42 @@ def module_main(
 
 def config_command(
     sub: Any, name: str, cls: type, fn: Callable[[Any], Any], *, help: str, description: str | None = None,
-    config_file: bool = False, default_config: str | None = None,
+    config_file: bool = False, default_config: str | None = None, unused: Sequence[str] = (), unused_why: str = "",
 ) -> argparse.ArgumentParser:
     """Add subcommand ``name`` whose every option comes from ``cls``; it calls ``fn(config)``.
 
     ``fn`` receives the built dataclass; its return value (an int, or ``None`` for 0) is the exit status.
+    ``unused``: dotted keys of ``cls`` this command accepts (``cls`` is shared with another command, and a
+    saved config holds them) but does not use; given on the command line (a flag or ``--set``) they are
+    named in one warning line, with ``unused_why``.
     """
     p = sub.add_parser(name, help=help, description=description or help,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p, cls, config_file=config_file, default_config=default_config)
-    p.set_defaults(func=lambda args: fn(options_from_args(cls, args)))
+
+    def run(args: argparse.Namespace) -> Any:
+        cfg = options_from_args(cls, args)
+        given = unused_given(cls, args, unused)
+        if given:
+            warn(f"{p.prog} does not use {', '.join(given)}{f' ({unused_why})' if unused_why else ''}: ignored")
+        return fn(cfg)
+
+    p.set_defaults(func=run)
     return p
+
+
+def unused_given(cls: type, args: argparse.Namespace, keys: Sequence[str]) -> list[str]:
+    """Of the dotted ``keys``, those given on the command line, as typed (``--nproc``, ``--set run.resume``);
+    a ``--set`` of a key's old name (``cls.RENAMED``) counts as the key."""
+    if not keys:
+        return []
+    renamed = getattr(cls, "RENAMED", {})
+    out = [label for label, parts, _ in flag_overrides(cls, args) if ".".join(parts) in keys]
+    for item in getattr(args, "overrides", None) or []:
+        key = str(item).split("=", 1)[0].strip()
+        if renamed.get(key, key) in keys:
+            out.append(f"--set {key}")
+    return out
 
 
 def command_group(sub: Any, name: str, *, help: str, description: str | None = None) -> Any:

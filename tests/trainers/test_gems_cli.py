@@ -143,11 +143,17 @@ def test_single_process_train_partition_and_simulate(cli, tmp_path):
 
 def test_partition_and_simulate_profile_on_the_training_device(cli):
     """`partition` and `simulate` profile the blocks on --device, where training runs (they profiled on the CPU
-    whatever it said): the report names the device, and CUDA asked for where there is none is one line."""
+    whatever it said): the report names the device, and CUDA asked for where there is none is one line; the
+    training run's own keys typed there are named in a warning."""
     import torch
 
-    part = cli("gems", "partition", "--config", DEBUG, "--device", "cpu", timeout=120)
+    part = cli("gems", "partition", "--config", DEBUG, "--device", "cpu", "--timeout-s", "5", "--set",
+               "run.resume=true", timeout=120)
     assert part.returncode == 0 and ", profiled on cpu; " in part.stdout.splitlines()[0]
+    # a training run's launch and folder keys, typed here, are named as not used (they did nothing silently)
+    assert part.stderr.strip().splitlines() == [
+        "torchhpc: warning: torchhpc gems partition does not use --timeout-s, --set run.resume (they set up a "
+        "training run's processes and folder; this command runs here and writes none): ignored"]
     if not torch.cuda.is_available():
         for cmd in ("partition", "simulate"):
             res = cli("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)

@@ -180,3 +180,25 @@ def test_required_flag_is_a_usage_error(capsys):
         p.parse_args([])
     assert exc.value.code == 2
     assert "the following arguments are required: --checkpoint" in capsys.readouterr().err
+
+
+def test_a_shared_configs_keys_a_command_does_not_use_are_named_when_typed(tmp_path, capsys):
+    """``config_command(unused=...)``: keys typed as flags or ``--set`` are named in one warning line and the
+    command still runs; the same keys from a saved ``--config`` file (which holds every key) say nothing."""
+    from torchhpc.ext.core.cli import config_command
+
+    seen = []
+    root = ArgumentParser(prog="tool")
+    sub = root.add_subparsers(dest="cmd", parser_class=ArgumentParser)
+    config_command(sub, "report", Job, seen.append, help="a report", config_file=True,
+                   unused=("epochs", "optim.kind"), unused_why="training keys")
+    args = root.parse_args(["report", "in.txt", "--epochs", "3", "--set", "optim.kind=sgd", "--max-hits", "2"])
+    args.func(args)
+    assert seen[-1].epochs == 3 and seen[-1].max_hits == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "torchhpc: warning: tool report does not use --epochs, --set optim.kind (training keys): ignored"]
+    saved = tmp_path / "job.yaml"
+    saved.write_text("target: in.txt\nepochs: 4\noptim: {kind: sgd}\n")
+    args = root.parse_args(["report", "in.txt", "--config", str(saved), "--max-hits", "2"])
+    args.func(args)
+    assert seen[-1].epochs == 4 and seen[-1].optim.kind == "sgd" and capsys.readouterr().err == ""
