@@ -63,9 +63,12 @@ bench: setup
 	@set -e; for b in benchmarks/*.py; do [ $$b = benchmarks/gpu.py ] && continue; echo "== $$b"; $(PY) $$b; done
 
 # Every GPU path beside its anchor in one run of at most 8 minutes (benchmarks/gpu.py; on a machine
-# without a GPU it lists the steps and runs those that need none). docs/core/guide.md: on a GPU machine.
-gpu-check: setup
-	$(PY) benchmarks/gpu.py
+# without a GPU it lists the steps and runs those that need none). On a GPU machine with no internet and no
+# .venv, but with the .gpucheck/ that `benchmarks/gpu_machine.sh prepare` made: its Python, no set-up
+# (docs/core/guide.md).
+gpu-check:
+	@if [ ! -x $(PY) ] && [ -d .gpucheck/whl ]; then benchmarks/gpu_machine.sh run; \
+	else $(MAKE) --no-print-directory setup && $(PY) benchmarks/gpu.py; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
