@@ -110,11 +110,12 @@ def _refuse_triton(options: CCSDTOptions) -> None:
                          "(--backend auto or torch with --nproc)")
 
 
-def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
+def compute(options: CCSDTOptions, *, progress: bool = False, announce: bool = False) -> TriplesResult:
     """Run ``torchhpc ccsdt``: the inputs (PySCF, or a saved ``.npz``), our timed E(T), PySCF's E(T).
 
     ``options.dist.threads`` (0: torch's default) applies to PySCF and the (T) for the duration of the
-    call. Under torchrun with several ranks this is one rank of the distributed (T).
+    call. Under torchrun with several ranks this is one rank of the distributed (T). ``announce``: before
+    PySCF starts on a molecule, one line on stderr says how large the problem is (:func:`problem_line`).
 
     Raises:
         InputError: no CUDA device for ``--device cuda``, a backend that cannot run there (checked
@@ -131,7 +132,7 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
     from .ops import triples_backend, triples_energy
 
     if torchrun_rank()[1] > 1:
-        return _compute_distributed(options, progress=progress)
+        return _compute_distributed(options, progress=progress, announce=announce)
     threads = options.dist.threads
     device = pick_device(options.dist.device)
     if options.backend != "auto":
@@ -140,7 +141,7 @@ def compute(options: CCSDTOptions, *, progress: bool = False) -> TriplesResult:
     try:
         if threads:
             torch.set_num_threads(threads)
-        inputs, timings, notes, prepared = _prepare(options)
+        inputs, timings, notes, prepared = _prepare(options, announce)
         source = inputs.meta.get("formula") or (str(options.inputs) if options.inputs is not None else "molecule")
         saved = save_inputs(options.save_inputs, inputs) if options.save_inputs is not None else None
 
@@ -178,31 +179,61 @@ def check_memory_before_scf(options: CCSDTOptions, mol=None) -> None:
     """
     if options.max_memory is None or options.inputs is not None:
         return
-    from pyscf.data import elements
-
     from .slices import sliced_layout
 
-    if mol is None:
-        from .molecule import build_molecule, parse_atom_string, read_xyz
-
-        m = options.molecule
-        atoms = read_xyz(m.xyz) if m.xyz is not None else parse_atom_string(m.atom)
-        mol = build_molecule(atoms, m.basis, m.charge, m.unit)
-    occupied = mol.nelectron // 2
-    nocc = occupied - (elements.chemcore(mol) if options.molecule.frozen_core else 0)
-    nvir = mol.nao - occupied  # PySCF may drop near-linear-dependent functions: then the need is smaller still
+    _, nocc, nvir = _orbital_counts(options, mol if mol is not None else _molecule(options))
     if nocc >= 1 and nvir >= 1:
         sliced_layout(nocc, nvir, 1, options.max_memory)
 
 
-def _prepare(options: CCSDTOptions) -> tuple[TriplesInputs, dict, list, object | None]:
-    """The inputs of ``options`` (PySCF with ``options.dist.threads``, or the saved file)."""
+def _molecule(options: CCSDTOptions):
+    """The PySCF ``Mole`` of ``options.molecule`` (no SCF: a fraction of a second)."""
+    from .molecule import build_molecule, parse_atom_string, read_xyz
+
+    m = options.molecule
+    atoms = read_xyz(m.xyz) if m.xyz is not None else parse_atom_string(m.atom)
+    return build_molecule(atoms, m.basis, m.charge, m.unit)
+
+
+def _orbital_counts(options: CCSDTOptions, mol) -> tuple[int, int, int]:
+    """``(occupied, correlated occupied, virtual)`` of ``mol`` before any SCF: the electrons, the frozen core
+    (PySCF's chemical core) and the basis functions. PySCF may drop near-linear-dependent functions later;
+    then there are fewer virtuals."""
+    from pyscf.data import elements
+
+    occupied = mol.nelectron // 2
+    nocc = occupied - (elements.chemcore(mol) if options.molecule.frozen_core else 0)
+    return occupied, nocc, mol.nao - occupied
+
+
+def problem_line(options: CCSDTOptions, mol) -> str:
+    """How large the calculation of ``mol`` is, before it starts: basis functions, occupied (correlated) and
+    virtual orbitals, and the (T)'s floating-point work (:func:`~torchhpc.ext.ccsdt.ops.triples_flops`)."""
+    from .molecule import hill_formula
+    from .ops import triples_flops
+
+    occupied, nocc, nvir = _orbital_counts(options, mol)
+    flops = triples_flops(max(nocc, 0), max(nvir, 0))
+    units = ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1e3, "kFLOP"))
+    scale = next(((f, u) for f, u in units if flops >= f), (1.0, "FLOP"))
+    formula = hill_formula([mol.atom_pure_symbol(n) for n in range(mol.natm)])
+    return (f"ccsdt: {formula}, {options.molecule.basis}: {mol.nao} basis functions, {occupied} occupied orbitals "
+            f"({nocc} correlated), {nvir} virtual; PySCF's RHF and CCSD run first, then the (T): "
+            f"{flops / scale[0]:.3g} {scale[1]}")
+
+
+def _prepare(options: CCSDTOptions, announce: bool = False) -> tuple[TriplesInputs, dict, list, object | None]:
+    """The inputs of ``options`` (PySCF with ``options.dist.threads``, or the saved file); ``announce``:
+    :func:`problem_line` on stderr before PySCF starts on a molecule."""
     from .io import load_inputs, prepare_triples
 
     if options.inputs is not None:
         return load_inputs(options.inputs), {}, [], None
     if options.molecule.atom or options.molecule.xyz is not None:
-        check_memory_before_scf(options)
+        mol = _molecule(options)
+        check_memory_before_scf(options, mol)
+        if announce:
+            print(problem_line(options, mol), file=sys.stderr, flush=True)
     with _pyscf_threads(options.dist.threads):
         prepared = prepare_triples(options.molecule)
     return prepared.inputs, prepared.timings, prepared.warnings, prepared
@@ -227,7 +258,7 @@ def _pyscf_threads(threads: int):
         lib.num_threads(before)
 
 
-def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesResult:
+def _compute_distributed(options: CCSDTOptions, *, progress: bool, announce: bool = False) -> TriplesResult:
     """One torchrun rank: rank 0 prepares the inputs and hands every rank the replicated arrays and
     the integral slices it owns; the (T) is shared out (:mod:`~torchhpc.ext.ccsdt.distributed`)."""
     import numpy as np
@@ -249,7 +280,7 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool) -> TriplesRes
         failure, inputs, prepared, timings, notes, saved = None, None, None, {}, [], None
         if rank == 0:
             try:
-                inputs, timings, notes, prepared = _prepare(options)
+                inputs, timings, notes, prepared = _prepare(options, announce)
                 if options.save_inputs is not None:
                     saved = save_inputs(options.save_inputs, inputs)
             except Exception as exc:  # every rank must learn that rank 0 failed, or it waits for the timeout
@@ -384,7 +415,7 @@ def run_ccsdt(options: CCSDTOptions) -> int:
         check_output(options.save_inputs, inputs=[options.inputs, options.molecule.xyz], what="--save-inputs")
     if options.dist.nproc > 1 and not launched_by_torchrun():
         return launch(options)
-    result = compute(options, progress=not options.json and sys.stderr.isatty())
+    result = compute(options, progress=not options.json and sys.stderr.isatty(), announce=not options.json)
     if torchrun_rank()[0] != 0:
         return 0
     from torchhpc.ext.core.errors import warn

@@ -66,19 +66,28 @@ def test_shipped_debug_config_runs_and_matches_pyscf(capsys):
     config = Path(__file__).resolve().parents[3] / "configs" / "ccsdt" / "debug.yaml"
     assert main(["--config", str(config), "--json"]) == 0
     captured = capsys.readouterr()
-    assert "warning" not in captured.err
+    assert "warning" not in captured.err and "ccsdt:" not in captured.err  # --json: no size line either
     out = json.loads(captured.out)
     assert out["abs_diff"] < 1e-10
 
 
 def test_report_from_an_xyz_file(tmp_path, capsys):
-    """The human report names the molecule and prints E(HF), E(CCSD), E(T) and E(CCSD(T))."""
+    """The human report names the molecule and prints E(HF), E(CCSD), E(T) and E(CCSD(T)); before PySCF
+    starts, one stderr line says how large the problem is, in the orbital counts the report later gets from
+    PySCF's own SCF and CCSD (2 (o^3 v^4 + o^4 v^3) = 14,000 flops for o=5, v=2)."""
+    import re
+
     xyz = tmp_path / "water.xyz"
     xyz.write_text(WATER_XYZ)
     assert main(["--xyz", str(xyz), "--basis", "sto-3g"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     for word in ("H2O", "sto-3g", "E(HF)", "E(CCSD)", "E(T)", "E(CCSD(T))", "GFLOP/s"):
         assert word in out, word
+    assert captured.err.splitlines()[0] == (
+        "ccsdt: H2O, sto-3g: 7 basis functions, 5 occupied orbitals (5 correlated), 2 virtual; PySCF's RHF and "
+        "CCSD run first, then the (T): 14 kFLOP")
+    assert re.search(r"nocc=5 nvir=2\b", out), out
 
 
 def test_without_pyscf_a_molecule_is_one_clear_line(cli, no_pyscf):
