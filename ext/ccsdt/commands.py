@@ -187,9 +187,14 @@ def check_memory_before_scf(options: CCSDTOptions, mol=None) -> None:
 
 
 def _molecule(options: CCSDTOptions):
-    """The PySCF ``Mole`` of ``options.molecule`` (no SCF: a fraction of a second)."""
-    from .molecule import build_molecule, parse_atom_string, read_xyz
+    """The PySCF ``Mole`` of ``options.molecule`` (no SCF: a fraction of a second).
 
+    Raises:
+        InputError: PySCF missing, and every error of :func:`~torchhpc.ext.ccsdt.molecule.build_molecule`.
+    """
+    from .molecule import build_molecule, parse_atom_string, read_xyz, require_pyscf
+
+    require_pyscf()
     m = options.molecule
     atoms = read_xyz(m.xyz) if m.xyz is not None else parse_atom_string(m.atom)
     return build_molecule(atoms, m.basis, m.charge, m.unit)
@@ -229,10 +234,10 @@ def _prepare(options: CCSDTOptions, announce: bool = False) -> tuple[TriplesInpu
 
     if options.inputs is not None:
         return load_inputs(options.inputs), {}, [], None
-    if options.molecule.atom or options.molecule.xyz is not None:
-        mol = _molecule(options)
+    if (options.molecule.atom or options.molecule.xyz is not None) and options.molecule.basis:
+        mol = _molecule(options)  # (no basis: prepare_triples says so)
         check_memory_before_scf(options, mol)
-        if announce:
+        if announce and min(_orbital_counts(options, mol)[1:]) >= 1:  # (else prepare_triples refuses it)
             print(problem_line(options, mol), file=sys.stderr, flush=True)
     with _pyscf_threads(options.dist.threads):
         prepared = prepare_triples(options.molecule)
