@@ -162,17 +162,35 @@ if numba_available():
     @njit(cache=True)
     def _unplanes(planes, d):
         """Inverse of :func:`_planes`: the int64 residuals ``d`` from the ``(nplanes, n)`` uint8 planes (fewer
-        than eight: the zigzag codes fit int64)."""
-        last = planes.shape[0] - 1
-        for i in range(d.size):
-            d[i] = np.int64(planes[0, i])
-        for p in range(1, last + 1):  # a plane at a time: each a vectorised pass
-            row = planes[p]
-            for i in range(d.size):
-                d[i] |= np.int64(row[i]) << (8 * p)
-        for i in range(d.size):
-            u = d[i]
-            d[i] = (u >> 1) ^ -(u & 1)
+        than eight: the zigzag codes fit int64). One vectorised pass for up to three planes (nearly every
+        field: 15 / 16 / 17 ms at 256^3 where a pass per plane and one for the zigzag took 25 / 38 / 51)."""
+        n = d.size
+        k = planes.shape[0]
+        if k == 1:
+            p0 = planes[0]
+            for i in range(n):
+                u = np.int64(p0[i])
+                d[i] = (u >> 1) ^ -(u & 1)
+        elif k == 2:
+            p0, p1 = planes[0], planes[1]
+            for i in range(n):
+                u = np.int64(p0[i]) | (np.int64(p1[i]) << 8)
+                d[i] = (u >> 1) ^ -(u & 1)
+        elif k == 3:
+            p0, p1, p2 = planes[0], planes[1], planes[2]
+            for i in range(n):
+                u = np.int64(p0[i]) | (np.int64(p1[i]) << 8) | (np.int64(p2[i]) << 16)
+                d[i] = (u >> 1) ^ -(u & 1)
+        else:
+            for i in range(n):
+                d[i] = np.int64(planes[0, i])
+            for p in range(1, k):  # a plane at a time: each a vectorised pass
+                row = planes[p]
+                for i in range(n):
+                    d[i] |= np.int64(row[i]) << (8 * p)
+            for i in range(n):
+                u = d[i]
+                d[i] = (u >> 1) ^ -(u & 1)
 
     @njit(cache=True)
     def _unlorenzo(q):

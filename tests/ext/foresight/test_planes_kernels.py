@@ -84,6 +84,24 @@ def test_byte_planes_are_as_many_as_the_largest_code_needs():
     assert K.byte_planes(np.zeros(0, np.int64)).shape == (1, 0)
 
 
+def test_planes_give_back_every_residual_whatever_their_number():
+    """The decoder's planes-to-residuals step (one pass for one to three planes, a pass per plane above) returns
+    the residuals the planes were made from, for residuals that need each count of planes from one to seven,
+    of both signs, with the extremes of each count, on a length that is not a multiple of a vector."""
+    from torchhpc.ext.foresight import planes_kernels as K
+
+    rng = np.random.default_rng(5)
+    for k in range(1, 8):
+        top = (1 << (8 * k - 1)) - 1  # the largest magnitude whose zigzag code fits k bytes
+        d = rng.integers(-top - 1, top + 1, 1001, dtype=np.int64)
+        d[:4] = [top, -top - 1, 0, -1]
+        planes = K.byte_planes(d)
+        assert planes.shape == (k, d.size)
+        back = np.empty_like(d)
+        K._unplanes(planes, back)
+        assert np.array_equal(back, d), k
+
+
 def test_the_cpu_default_is_the_compiled_encoder_and_its_limits_are_one_line(monkeypatch):
     """``auto`` encodes a float32/float64 CPU field with numba where that pays: a large field, or any once the
     kernels are loaded in the process (loading costs ~0.7 s once); a half-precision field falls back to torch
