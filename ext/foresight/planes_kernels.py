@@ -149,9 +149,21 @@ if numba_available():
 
     @njit(cache=True)
     def _planes(d, out):
-        """Byte ``p`` of each zigzag code of ``d`` into row ``p`` of ``out`` (``(nplanes, n)`` uint8), a plane
-        at a time (each a vectorised pass over ``d``)."""
-        for p in range(out.shape[0]):
+        """Byte ``p`` of each zigzag code of ``d`` into row ``p`` of ``out`` (``(nplanes, n)`` uint8): one
+        vectorised pass over ``d`` for up to three planes, else a plane at a time."""
+        k = out.shape[0]
+        if k <= 3:
+            p0, p1, p2 = out[0], out[min(1, k - 1)], out[min(2, k - 1)]
+            for i in range(d.size):
+                v = d[i]
+                u = np.uint64((v << 1) ^ (v >> 63))
+                if k >= 3:  # (k is the same for every i: the compiler hoists these tests out of the loop)
+                    p2[i] = np.uint8((u >> np.uint64(16)) & np.uint64(255))
+                if k >= 2:
+                    p1[i] = np.uint8((u >> np.uint64(8)) & np.uint64(255))
+                p0[i] = np.uint8(u & np.uint64(255))
+            return
+        for p in range(k):
             shift = np.uint64(8 * p)
             row = out[p]
             for i in range(d.size):
