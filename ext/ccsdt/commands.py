@@ -211,6 +211,32 @@ def _orbital_counts(options: CCSDTOptions, mol) -> tuple[int, int, int]:
     return occupied, nocc, mol.nao - occupied
 
 
+def _check_active(options: CCSDTOptions, mol) -> None:
+    """Refuse a frozen core that leaves no correlated occupied orbital (PySCF asserts, deep in CCSD).
+
+    Raises:
+        InputError: ``--frozen-core`` takes every occupied orbital (a highly charged molecule).
+    """
+    from torchhpc.ext.core.errors import InputError
+
+    occupied, nocc, _ = _orbital_counts(options, mol)
+    if nocc < 1 <= occupied:
+        raise InputError(f"the frozen core takes all {occupied} occupied orbital(s) of this molecule "
+                         f"(charge {options.molecule.charge}): nothing is left to correlate; drop --frozen-core")
+
+
+def _announce(options: CCSDTOptions, mol) -> None:
+    """:func:`problem_line` on stderr, once per job: not on the ranks of ``torchhpc ccsdt --nproc N`` (its
+    launcher said it), nor where there is no (T) to run (prepare_triples says why)."""
+    import os
+
+    from torchhpc.ext.core.launch import LAUNCHER_ENV
+
+    _, nocc, nvir = _orbital_counts(options, mol)
+    if nvir >= 1 and nocc >= 1 and os.environ.get(LAUNCHER_ENV) != "1":
+        print(problem_line(options, mol), file=sys.stderr, flush=True)
+
+
 def problem_line(options: CCSDTOptions, mol) -> str:
     """How large the calculation of ``mol`` is, before it starts: basis functions, occupied (correlated) and
     virtual orbitals, and the (T)'s floating-point work (:func:`~torchhpc.ext.ccsdt.ops.triples_flops`)."""
@@ -236,9 +262,10 @@ def _prepare(options: CCSDTOptions, announce: bool = False) -> tuple[TriplesInpu
         return load_inputs(options.inputs), {}, [], None
     if (options.molecule.atom or options.molecule.xyz is not None) and options.molecule.basis:
         mol = _molecule(options)  # (no basis: prepare_triples says so)
+        _check_active(options, mol)
         check_memory_before_scf(options, mol)
-        if announce and min(_orbital_counts(options, mol)[1:]) >= 1:  # (else prepare_triples refuses it)
-            print(problem_line(options, mol), file=sys.stderr, flush=True)
+        if announce:
+            _announce(options, mol)
     with _pyscf_threads(options.dist.threads):
         prepared = prepare_triples(options.molecule)
     return prepared.inputs, prepared.timings, prepared.warnings, prepared
@@ -359,7 +386,11 @@ def launch(options: CCSDTOptions) -> int:
 
         require_pyscf()
         atoms = read_xyz(mol.xyz) if mol.xyz is not None else parse_atom_string(mol.atom)
-        check_memory_before_scf(options, build_molecule(atoms, mol.basis, mol.charge, mol.unit))
+        built = build_molecule(atoms, mol.basis, mol.charge, mol.unit)
+        _check_active(options, built)
+        check_memory_before_scf(options, built)
+        if not options.json:  # here, as the job starts: the launcher passes the ranks' other lines at the end
+            _announce(options, built)
     if options.inputs is not None:  # the per-rank budget, checked before any rank starts
         from .io import load_inputs
         from .slices import sliced_layout

@@ -219,3 +219,21 @@ def test_a_memory_budget_too_small_is_refused_before_the_scf(monkeypatch):
         options = CCSDTOptions(molecule=MoleculeOptions(atom=atom, basis=basis, frozen_core=True), max_memory=1.0)
         commands.check_memory_before_scf(options)
         assert seen == {"nocc": mycc.nocc, "nvir": mycc.nmo - mycc.nocc}, atom
+
+
+def test_the_size_line_is_said_once_per_job_and_a_core_that_takes_everything_is_one_line(capsys, monkeypatch):
+    """With ``--nproc N`` the launcher says the size line as the job starts (it passes the ranks' other lines on
+    at the end), so a rank under it says none; a frozen core that leaves no correlated orbital (O at charge
+    +8 keeps one occupied orbital, its 1s) is one line, not PySCF's assertion deep in CCSD, with or without
+    --json."""
+    from torchhpc.ext.core.launch import LAUNCHER_ENV
+
+    monkeypatch.setenv(LAUNCHER_ENV, "1")
+    assert main(["--atom", WATER, "--basis", "sto-3g"]) == 0
+    assert "ccsdt:" not in capsys.readouterr().err
+    monkeypatch.delenv(LAUNCHER_ENV)
+    for extra in ([], ["--json"]):
+        assert main(["--atom", WATER, "--basis", "sto-3g", "--charge", "8", "--frozen-core", *extra]) == 1
+        assert capsys.readouterr().err.splitlines() == [
+            "torchhpc.trainers.ccsdt: error: the frozen core takes all 1 occupied orbital(s) of this molecule "
+            "(charge 8): nothing is left to correlate; drop --frozen-core"]
