@@ -67,8 +67,8 @@ bench: setup
 # .venv, but with the .gpucheck/ that `benchmarks/gpu_machine.sh prepare` made: its Python, no set-up
 # (docs/core/guide.md).
 gpu-check:
-	@if [ ! -x $(PY) ] && [ -d .gpucheck/whl ]; then benchmarks/gpu_machine.sh run; \
-	else $(MAKE) --no-print-directory setup && $(PY) benchmarks/gpu.py; fi
+	@if [ ! -x $(PY) ] && [ -f .gpucheck/ready ]; then benchmarks/gpu_machine.sh run; \
+	else $(MAKE) --no-print-directory setup && env -u OMP_NUM_THREADS $(PY) benchmarks/gpu.py; fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -87,10 +87,11 @@ def _timed_together(cmds: list[list[str]], limit: float, what: str) -> list[floa
     with tempfile.TemporaryDirectory() as tmp:
         errs = [open(Path(tmp) / f"{i}.err", "w+") for i in range(len(cmds))]  # noqa: SIM115 - closed below
         t0 = time.perf_counter()
-        procs = [subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL)
-                 for c, e in zip(cmds, errs, strict=True)]
+        procs: list[subprocess.Popen] = []
         took: list[float | None] = [None] * len(cmds)
         try:
+            for c, e in zip(cmds, errs, strict=True):  # one that cannot start stops the ones started
+                procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL, stderr=e, stdin=subprocess.DEVNULL))
             while any(t is None for t in took):
                 if time.perf_counter() - t0 > limit:
                     raise subprocess.TimeoutExpired(cmds[took.index(None)], limit)
@@ -152,7 +153,10 @@ def _align_stats(res: subprocess.CompletedProcess) -> dict:
     """The in-process seconds of a ``torchhpc align --stats`` run (its last standard-error line)."""
     for line in reversed(res.stderr.strip().splitlines()):
         if line.startswith("{"):
-            stats = json.loads(line)
+            try:
+                stats = json.loads(line)
+            except ValueError:
+                continue
             return {k: round(float(stats[k]), 2) for k in ("index_seconds", "filter_seconds", "gapped_seconds",
                                                             "total_seconds") if k in stats}
     return {}
@@ -162,7 +166,7 @@ def step_segalign(device: str, work: Path) -> list[dict]:
     """H. pylori against LASTZ on one core: the whole alignment (ours on ``device`` and on the CPU's cores, and
     with the gapped stage on the GPU too) and ``--nogapped`` (ours on ``device``), wall seconds of the command as a shell sees it beside the in-process seconds of ``--stats``.
     A bare machine compiles the numba kernels (12-28 s) and the Triton kernels on first use, so each
-    configuration first aligns a small simulated pair (its wall time is the ``first_run_s`` row: what a
+    configuration first aligns a small simulated pair (its wall time is the ``first run`` row: what a
     user's very first call costs) and only the runs after it are timed."""
     from torchhpc.ext.core.data import shared_data_dir
     from torchhpc.ext.segalign.simulate import simulate_pair
@@ -187,7 +191,8 @@ def step_segalign(device: str, work: Path) -> list[dict]:
         _check(res, f"torchhpc align --device {dev} {' '.join(extra)} (warm-up)")
         warm[(dev, tuple(extra))] = round(t, 2)
     rows = [{"name": "first run (50 kbp pair: compiles kernels)",
-             **{f"{dev}{''.join(extra)}_s": s for (dev, extra), s in warm.items()}}]
+             **{"_".join([dev, *(x.lstrip("-").replace("-", "_") for x in extra), "s"]): s
+                for (dev, extra), s in warm.items()}}]
     # LASTZ whole and --nogapped side by side, each on its own core, while nothing else runs
     cases = (("whole alignment", [], ["--ydrop=9430"]), ("filter (--nogapped)", ["--nogapped"], ["--nogapped"]))
     lastz_s = _timed_together([[lastz, str(a), str(b), *lastz_extra, "--format=maf-"]

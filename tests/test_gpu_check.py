@@ -86,13 +86,17 @@ def test_side_by_side_anchors_fail_with_their_error_and_leave_nothing_running():
                              [sys.executable, "-c", "import time; time.sleep(30)", marker]], 60, "lastz")
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+    with pytest.raises(FileNotFoundError):  # one that cannot start: the one started before it is stopped
+        gpu._timed_together([[sys.executable, "-c", "import time; time.sleep(30)", marker],
+                             [str(REPO / "no-such-lastz")]], 60, "lastz")
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.strip() == ""
     took = gpu._timed_together([["true"], ["true"]], 60, "true")
     assert len(took) == 2 and all(t >= 0 for t in took)
 
 
 def test_gpu_machine_script_says_what_is_missing_in_one_line(tmp_path):
     """benchmarks/gpu_machine.sh: run without a prepared folder is one line naming prepare (exit 1); an
-    unknown command prints the usage (exit 2)."""
+    unknown command prints the usage (exit 2), an unknown option of prepare is one line and touches nothing."""
     import os
 
     script = str(REPO / "benchmarks" / "gpu_machine.sh")
@@ -102,3 +106,7 @@ def test_gpu_machine_script_says_what_is_missing_in_one_line(tmp_path):
         f"gpu_machine.sh: no {tmp_path / 'absent'}/ here: run 'prepare' where there is internet"]
     res = subprocess.run([script, "bogus"], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 2 and res.stderr.startswith("usage:")
+    res = subprocess.run([script, "prepare", "--nvcmop"], capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "gpu_machine.sh: prepare takes only --nvcomp, got '--nvcmop'"]
+    assert not (tmp_path / "absent").exists() and not (tmp_path / "absent.new").exists()

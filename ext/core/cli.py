@@ -432,9 +432,17 @@ def unused_given(cls: type, args: argparse.Namespace, keys: Sequence[str]) -> li
     renamed = getattr(cls, "RENAMED", {})
     out = [label for label, parts, _ in flag_overrides(cls, args) if ".".join(parts) in keys]
     for item in getattr(args, "overrides", None) or []:
-        key = str(item).split("=", 1)[0].strip()
-        if renamed.get(key, key) in keys:
+        key, _, text = str(item).partition("=")
+        key = renamed.get(key.strip(), key.strip())
+        if key in keys:
             out.append(f"--set {key}")
+        elif any(k.startswith(key + ".") for k in keys):  # a section given whole: --set 'run={resume: true}'
+            try:
+                value = yaml.safe_load(text)
+            except yaml.YAMLError:
+                continue
+            if isinstance(value, dict) and any(f"{key}.{sub}" in keys for sub in value):
+                out.append(f"--set {key}")
     return out
 
 

@@ -476,6 +476,9 @@ def _coerce_partial(cls: type, data: Mapping[str, Any], where: str, prefix: str 
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for k, v in data.items():
+        if k not in fields:  # a section given whole (--set 'run={bogus: 1}'): named as a key would be
+            valid = ", ".join(sorted(fields)) or "(none)"
+            raise ConfigError(f"{where}: unknown key '{prefix}{k}' (valid keys here: {valid})")
         tp = hints[k]
         inner = tp
         if typing.get_origin(tp) in (Union, types.UnionType):

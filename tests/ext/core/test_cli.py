@@ -197,8 +197,25 @@ def test_a_shared_configs_keys_a_command_does_not_use_are_named_when_typed(tmp_p
     assert seen[-1].epochs == 3 and seen[-1].max_hits == 2
     assert capsys.readouterr().err.splitlines() == [
         "torchhpc: warning: tool report does not use --epochs, --set optim.kind (training keys): ignored"]
+    # a section given whole names it when it holds an unused key, not when it holds only used ones
+    for section, said in (("optim={kind: sgd}", True), ("optim={lr: 0.1}", False)):
+        args = root.parse_args(["report", "in.txt", "--set", section])
+        args.func(args)
+        err = capsys.readouterr().err
+        assert (err == "torchhpc: warning: tool report does not use --set optim (training keys): ignored\n") == said, err
     saved = tmp_path / "job.yaml"
     saved.write_text("target: in.txt\nepochs: 4\noptim: {kind: sgd}\n")
     args = root.parse_args(["report", "in.txt", "--config", str(saved), "--max-hits", "2"])
     args.func(args)
     assert seen[-1].epochs == 4 and seen[-1].optim.kind == "sgd" and capsys.readouterr().err == ""
+
+
+def test_a_section_set_whole_with_an_unknown_key_is_named():
+    """``--set 'optim={bogus: 1}'`` (a section as one mapping; ``{kind:sgd}`` without the space is one key
+    to YAML) names the key and the valid ones, as a dotted ``--set optim.bogus=1`` does; a valid one applies."""
+    from torchhpc.ext.core.config import load_config
+
+    for text in ("optim={bogus: 1}", "optim={kind:sgd}"):
+        with pytest.raises(ConfigError, match=r"unknown key 'optim\.(bogus|kind:sgd)' \(valid keys here: kind, lr\)"):
+            load_config(Job, None, ["target=x", text])
+    assert load_config(Job, None, ["target=x", "optim={kind: sgd}"]).optim.kind == "sgd"
