@@ -377,10 +377,11 @@ def launch(options: CCSDTOptions) -> int:
         InputError: a malformed geometry or inputs file (before any rank starts).
         JobError: the job failed: the one line of the rank that failed first.
     """
-    from torchhpc.ext.core.launch import relaunch
+    from torchhpc.ext.core.launch import check_device, relaunch
 
     _refuse_triton(options)
     mol = options.molecule
+    built = None
     if options.inputs is None:
         from .molecule import build_molecule, parse_atom_string, read_xyz, require_pyscf
 
@@ -389,8 +390,6 @@ def launch(options: CCSDTOptions) -> int:
         built = build_molecule(atoms, mol.basis, mol.charge, mol.unit)
         _check_active(options, built)
         check_memory_before_scf(options, built)
-        if not options.json:  # here, as the job starts: the launcher passes the ranks' other lines at the end
-            _announce(options, built)
     if options.inputs is not None:  # the per-rank budget, checked before any rank starts
         from .io import load_inputs
         from .slices import sliced_layout
@@ -398,6 +397,9 @@ def launch(options: CCSDTOptions) -> int:
         shape = load_inputs(options.inputs).t1.shape
         if options.max_memory is not None or options.dist.device == "cpu":
             sliced_layout(*shape, 1, options.max_memory or DEFAULT_MAX_MEMORY_MB)
+    check_device(options)  # (relaunch checks it too: here so that its one line comes before the size line)
+    if built is not None and not options.json:  # as the job starts: the launcher passes the ranks' lines at the end
+        _announce(options, built)
     return relaunch(options, "torchhpc.trainers.ccsdt", options.dist.nproc)
 
 
