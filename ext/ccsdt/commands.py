@@ -211,20 +211,6 @@ def _orbital_counts(options: CCSDTOptions, mol) -> tuple[int, int, int]:
     return occupied, nocc, mol.nao - occupied
 
 
-def _check_active(options: CCSDTOptions, mol) -> None:
-    """Refuse a frozen core that leaves no correlated occupied orbital (PySCF asserts, deep in CCSD).
-
-    Raises:
-        InputError: ``--frozen-core`` takes every occupied orbital (a highly charged molecule).
-    """
-    from torchhpc.ext.core.errors import InputError
-
-    occupied, nocc, _ = _orbital_counts(options, mol)
-    if nocc < 1 <= occupied:
-        raise InputError(f"the frozen core takes all {occupied} occupied orbital(s) of this molecule "
-                         f"(charge {options.molecule.charge}): nothing is left to correlate; drop --frozen-core")
-
-
 def _announce(options: CCSDTOptions, mol) -> None:
     """:func:`problem_line` on stderr, once per job: not on the ranks of ``torchhpc ccsdt --nproc N`` (its
     launcher said it), nor where there is no (T) to run (prepare_triples says why)."""
@@ -262,7 +248,6 @@ def _prepare(options: CCSDTOptions, announce: bool = False) -> tuple[TriplesInpu
         return load_inputs(options.inputs), {}, [], None
     if (options.molecule.atom or options.molecule.xyz is not None) and options.molecule.basis:
         mol = _molecule(options)  # (no basis: prepare_triples says so)
-        _check_active(options, mol)
         check_memory_before_scf(options, mol)
         if announce:
             _announce(options, mol)
@@ -380,17 +365,11 @@ def launch(options: CCSDTOptions) -> int:
     from torchhpc.ext.core.launch import check_device, relaunch
 
     _refuse_triton(options)
-    mol = options.molecule
     built = None
     if options.inputs is None:
-        from .molecule import build_molecule, parse_atom_string, read_xyz, require_pyscf
-
-        require_pyscf()
-        atoms = read_xyz(mol.xyz) if mol.xyz is not None else parse_atom_string(mol.atom)
-        built = build_molecule(atoms, mol.basis, mol.charge, mol.unit)
-        _check_active(options, built)
+        built = _molecule(options)
         check_memory_before_scf(options, built)
-    if options.inputs is not None:  # the per-rank budget, checked before any rank starts
+    else:  # the per-rank budget, checked before any rank starts
         from .io import load_inputs
         from .slices import sliced_layout
 

@@ -227,6 +227,12 @@ def prepare_triples(
         mol = build_molecule(atoms, molecule.basis, molecule.charge, molecule.unit)
     else:
         mol = molecule
+    if frozen_core:  # PySCF's set_frozen asserts (after the RHF) when the core takes every occupied orbital
+        from pyscf.data import elements
+
+        if elements.chemcore(mol) >= mol.nelectron // 2:
+            raise InputError(f"the frozen core takes all {mol.nelectron // 2} occupied orbital(s) of this molecule "
+                             f"(charge {mol.charge}): nothing is left to correlate; drop --frozen-core")
     timings: dict[str, float] = {}
     notes: list[str] = []
     t0 = time.perf_counter()

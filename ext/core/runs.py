@@ -125,7 +125,6 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-
 LOG_INTERVAL_S = 30.0
 """How often a progress bar redraws where stderr is a log, not a terminal or a notebook."""
 
