@@ -155,6 +155,34 @@ def cli():
 
 
 @pytest.fixture
+def cli_here(capsys, monkeypatch):
+    """:func:`cli` run in this process: the same ``CompletedProcess`` (exit status, stdout, stderr) without a
+    fresh interpreter importing torch again (seconds a call), for commands that start no process of their
+    own. Tests of what only a real process shows (a traceback on stderr, a signal, torchrun) use ``cli``."""
+
+    def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float | None = None
+            ) -> subprocess.CompletedProcess:  # timeout: accepted as cli takes it, not enforced in-process
+        from torchhpc.trainers.cli import main
+
+        capsys.readouterr()
+        with monkeypatch.context() as m:
+            if cwd is not None:
+                m.chdir(cwd)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            try:
+                rc = main(list(args))
+            except SystemExit as exc:
+                rc = exc.code
+        out, err = capsys.readouterr()
+        if rc is None or isinstance(rc, str):  # what sys.exit makes of None and of a message
+            err, rc = err + (rc or ""), (1 if rc else 0)
+        return subprocess.CompletedProcess(["torchhpc", *args], rc, out, err)
+
+    return run
+
+
+@pytest.fixture
 def torchhpc_main(capsys):
     """``torchhpc ARGV...`` run in this process: ``fn(*argv) -> (exit status, stdout, stderr)``, argparse's
     usage errors included (their SystemExit code is the status)."""

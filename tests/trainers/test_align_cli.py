@@ -34,11 +34,11 @@ def test_help_names_lastz_options(cli):
         assert opt in res.stdout, opt
 
 
-def test_align_writes_maf_both_strands(cli, pair, tmp_path):
+def test_align_writes_maf_both_strands(cli_here, pair, tmp_path):
     """The default run writes MAF blocks on both strands and --stats prints JSON counters, naming the filter
     kernel and the gapped-extension kernel that ran (numba where installed)."""
     out = tmp_path / "out.maf"
-    res = cli("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
+    res = cli_here("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
     assert res.returncode == 0, res.stderr[-2000:]
     alns = read_maf(out.read_text())
     assert {a.strand for a in alns} == {"+", "-"}
@@ -48,10 +48,10 @@ def test_align_writes_maf_both_strands(cli, pair, tmp_path):
     assert stats["gapped_by"] == gapped_kernel("auto") == ("numba" if numba_available() else "numpy")
 
 
-def test_stats_name_the_backend_asked_for(cli, pair):
+def test_stats_name_the_backend_asked_for(cli_here, pair):
     """--backend torch runs the torch twin, and --stats says so."""
-    res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--backend", "torch", "--stats",
-              "--strand", "plus")
+    res = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--backend", "torch", "--stats",
+                   "--strand", "plus")
     assert res.returncode == 0, res.stderr[-2000:]
     assert json.loads(res.stderr.strip().splitlines()[-1])["backend"] == "torch"
 
@@ -104,22 +104,22 @@ def test_yaml_config_and_flags(pair, tmp_path):
     assert lines[0].startswith("#name1") and {ln.split("\t")[6] for ln in lines[1:]} == {"+"}
 
 
-def test_nogapped_segments_and_general(cli, pair):
+def test_nogapped_segments_and_general(cli_here, pair):
     """--nogapped writes HSPs as a LASTZ segments file or general table on stdout."""
-    seg = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "segments",
-              "--strand", "plus", "--notransition", "--seed", "14of22")
+    seg = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "segments",
+                   "--strand", "plus", "--notransition", "--seed", "14of22")
     assert seg.returncode == 0, seg.stderr[-2000:]
     lines = seg.stdout.splitlines()
     assert lines[0].startswith("#name1") and len(lines) > 1
     assert all(ln.split("\t")[6] == "+" for ln in lines[1:])
-    gen = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "general")
+    gen = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--nogapped", "--format", "general")
     assert gen.returncode == 0 and gen.stdout.startswith("#score\tname1")
 
 
 @pytest.mark.skipif(not lastz_available(), reason="lastz is not on PATH")
-def test_gapped_by_lastz(cli, pair):
+def test_gapped_by_lastz(cli_here, pair):
     """--gapped-by lastz hands the HSPs to lastz --segments and returns its MAF."""
-    res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
+    res = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
     assert res.returncode == 0, res.stderr[-2000:]
     assert read_maf(res.stdout)
     # a scoring file reaches lastz (as its --scores): HOXD70 doubled, gap penalties too, doubles the scores
@@ -128,7 +128,8 @@ def test_gapped_by_lastz(cli, pair):
     scores = pair / "double.txt"
     scores.write_text("gap_open_penalty = 800\ngap_extend_penalty = 60\nA C G T\n"
                       + "".join(f"{b} " + " ".join(str(2 * v) for v in row) + "\n" for b, row in zip("ACGT", HOXD70, strict=True)))
-    dbl = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz", "--scoring", str(scores))
+    dbl = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz",
+                   "--scoring", str(scores))
     assert dbl.returncode == 0, dbl.stderr[-2000:]
     best = max(a.score for a in read_maf(res.stdout))
     assert max(a.score for a in read_maf(dbl.stdout)) >= 2 * best - 100
@@ -158,7 +159,7 @@ def test_gapped_by_lastz(cli, pair):
         (None, ["--format", "sam"], ["--format", "must be one of", "'sam'"]),
     ],
 )
-def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
+def test_bad_input_one_line_nonzero(cli_here, pair, tmp_path, make, extra, words):
     """Bad files and options exit non-zero with one line on stderr, no traceback."""
     target = pair / "t.fa"
     if make:
@@ -168,7 +169,7 @@ def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
         if body is not None:
             target.write_text(body)
     nogapped = [] if "--gapped-by" in extra else ["--nogapped"]
-    res = cli("align", str(target), str(pair / "q.fa"), *nogapped, *extra)
+    res = cli_here("align", str(target), str(pair / "q.fa"), *nogapped, *extra)
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -38,17 +38,17 @@ def test_help_lists_the_subcommands(cli):
     ("pipeline.balance=[1,1]", "pipeline.balance = [1, 1]"),
     ("pipeline.no_such_key=1", "unknown key 'pipeline.no_such_key'"),
 ])
-def test_bad_config_is_one_line_before_any_process_starts(cli, override, message):
+def test_bad_config_is_one_line_before_any_process_starts(cli_here, override, message):
     """Impossible configs are refused by the CLI with one line naming the option, exit status 1."""
-    res = cli("gems", "train", "--config", DEBUG, "--set", override, timeout=60)
+    res = cli_here("gems", "train", "--config", DEBUG, "--set", override, timeout=60)
     assert res.returncode == 1, res.stderr
     assert message in res.stderr
     assert "Traceback" not in res.stderr and "torch.distributed.run" not in res.stderr
 
 
-def test_nproc_that_does_not_fit_is_refused(cli):
+def test_nproc_that_does_not_fit_is_refused(cli_here):
     """`--nproc 3` for a 2-stage, 1-group config is refused before torchrun is launched."""
-    res = cli("gems", "train", "--config", DEBUG, "--nproc", "3", timeout=60)
+    res = cli_here("gems", "train", "--config", DEBUG, "--nproc", "3", timeout=60)
     assert res.returncode == 1 and "--nproc 3 does not fit the config" in res.stderr
 
 
@@ -63,7 +63,7 @@ def test_world_size_that_does_not_fit_fails_fast_under_torchrun(tmp_path):
 
 
 @pytest.mark.distributed
-def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_path):
+def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli_here, tmp_path):
     """torchrun MAST training logs loss/samples/s/peak memory, draws the timeline, and a run stopped
     after 2 updates and resumed to 4 has the loss trajectory of an uninterrupted 4-update run; `gems simulate
     --calibrate` fits the simulator on the run."""
@@ -85,8 +85,8 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_
     times = summary["update_times"]
     assert sorted(times["spans"]) == ["0B", "0F", "1B", "1F"] and len(times["overhead_s"]) == 3
     assert all(t > 0 for spans in times["spans"].values() for t in spans)
-    cal = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(run), "--devices", "2,8",
-              timeout=120)
+    cal = cli_here("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(run),
+                   "--devices", "2,8", timeout=120)
     assert cal.returncode == 0, cal.stderr
     assert f"calibrated on {run}" in cal.stdout and "co-run slowdown" in cal.stdout
     # a damaged copy of the run, and a config of another model, are one line each (tracebacks, or a fit on the
@@ -103,10 +103,10 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_
         calibration_from_run(bad, None, bandwidth=1e9, latency=1e-6)
     shutil.copy(run / "summary.json", bad / "summary.json")
     (bad / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
-    cut = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(bad), timeout=120)
+    cut = cli_here("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(bad), timeout=120)
     assert cut.returncode == 1 and "holds 1 update(s), fewer than the 3 timed" in cut.stderr, cut.stderr
-    other = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--model.width", "8", "--calibrate",
-                str(run), timeout=120)
+    other = cli_here("gems", "simulate", "--config", str(run / "config.yaml"), "--model.width", "8", "--calibrate",
+                     str(run), timeout=120)
     assert other.returncode == 1 and "the run trained model.width = 4, the config has 8" in other.stderr, other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
 
@@ -117,38 +117,38 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, tmp_
     assert _losses(tmp_path / "gems" / "cut") == pytest.approx(_losses(run), rel=1e-6)
 
 
-def test_single_process_train_partition_and_simulate(cli, tmp_path):
+def test_single_process_train_partition_and_simulate(cli_here, tmp_path):
     """A one-stage config trains in-process; `partition` prints the stage report; `simulate` predicts
     up to 1,024 devices."""
-    res = cli("gems", "train", "--config", DEBUG, "--pipeline.stages", "1", "--train.steps", "2",
-              "--run.root", str(tmp_path), timeout=120)
+    res = cli_here("gems", "train", "--config", DEBUG, "--pipeline.stages", "1", "--train.steps", "2",
+                   "--run.root", str(tmp_path), timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.strip().splitlines()[-1])["samples_per_s"] > 0
-    part = cli("gems", "partition", "--config", DEBUG, "--set", "pipeline.stages=3", timeout=120)
+    part = cli_here("gems", "partition", "--config", DEBUG, "--set", "pipeline.stages=3", timeout=120)
     assert part.returncode == 0, part.stderr
     assert "peak MiB" in part.stdout and len([ln for ln in part.stdout.splitlines() if ln.strip()[:1].isdigit()]) == 3
-    sim = cli("gems", "simulate", "--config", DEBUG, "--devices", "2,1024", "--json", timeout=120)
+    sim = cli_here("gems", "simulate", "--config", DEBUG, "--devices", "2,1024", "--json", timeout=120)
     assert sim.returncode == 0, sim.stderr
     rows = json.loads(sim.stdout)
     assert {r["devices"] for r in rows} == {2, 1024} and {r["schedule"] for r in rows} == {"gpipe", "mast", "master"}
     # a per-update overhead of 50 ms is in every update (the exact sum is a simulator unit test; each
     # CLI call profiles again, so its stage times move); a negative one is a one-line error
-    slow = cli("gems", "simulate", "--config", DEBUG, "--devices", "2,1024", "--json", "--overhead-ms", "50",
-               timeout=120)
+    slow = cli_here("gems", "simulate", "--config", DEBUG, "--devices", "2,1024", "--json", "--overhead-ms", "50",
+                    timeout=120)
     assert slow.returncode == 0, slow.stderr
     assert all(r["step_s"] >= 0.05 for r in json.loads(slow.stdout)) and min(r["step_s"] for r in rows) < 0.05
-    bad = cli("gems", "simulate", "--config", DEBUG, "--overhead-ms", "-1", timeout=120)
+    bad = cli_here("gems", "simulate", "--config", DEBUG, "--overhead-ms", "-1", timeout=120)
     assert bad.returncode == 1 and "--overhead-ms" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_partition_and_simulate_profile_on_the_training_device(cli):
+def test_partition_and_simulate_profile_on_the_training_device(cli_here):
     """`partition` and `simulate` profile the blocks on --device, where training runs (they profiled on the CPU
     whatever it said): the report names the device, and CUDA asked for where there is none is one line; the
     training run's own keys typed there are named in a warning."""
     import torch
 
-    part = cli("gems", "partition", "--config", DEBUG, "--device", "cpu", "--timeout-s", "5", "--set",
-               "run.resume=true", timeout=120)
+    part = cli_here("gems", "partition", "--config", DEBUG, "--device", "cpu", "--timeout-s", "5", "--set",
+                    "run.resume=true", timeout=120)
     assert part.returncode == 0 and ", profiled on cpu; " in part.stdout.splitlines()[0]
     # a training run's launch and folder keys, typed here, are named as not used (they did nothing silently)
     assert part.stderr.strip().splitlines() == [
@@ -156,7 +156,7 @@ def test_partition_and_simulate_profile_on_the_training_device(cli):
         "training run's processes and folder; this command runs here and writes none): ignored"]
     if not torch.cuda.is_available():
         for cmd in ("partition", "simulate"):
-            res = cli("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)
+            res = cli_here("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)
             assert res.returncode == 1 and res.stderr.strip().splitlines() == [
                 "torchhpc: error: device 'cuda' was requested but no CUDA device is available (use --device cpu)"]
 
@@ -188,8 +188,8 @@ def test_every_shipped_config_loads():
     assert sizes["mast_resnet"] == 2 and sizes["hybrid_resnet"] == 4 and len(sizes) >= 5
 
 
-def test_calibrate_on_a_folder_that_is_not_a_run_is_one_line(cli, tmp_path):
+def test_calibrate_on_a_folder_that_is_not_a_run_is_one_line(cli_here, tmp_path):
     """`gems simulate --calibrate DIR` on a folder without a run's summary.json stops with one line naming it."""
-    res = cli("gems", "simulate", "--config", DEBUG, "--calibrate", str(tmp_path), timeout=120)
+    res = cli_here("gems", "simulate", "--config", DEBUG, "--calibrate", str(tmp_path), timeout=120)
     assert res.returncode == 1 and "--calibrate" in res.stderr and "summary.json not found" in res.stderr
     assert "Traceback" not in res.stderr

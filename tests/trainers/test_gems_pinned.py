@@ -75,14 +75,14 @@ def test_debug_run_losses_are_pinned(tmp_path):
     assert [r["static_bytes"] for r in summary["peak_memory_per_rank"]] == DEBUG_STATIC_BYTES
 
 
-def test_partition_and_simulated_figures_are_pinned(cli):
+def test_partition_and_simulated_figures_are_pinned(cli_here):
     """`gems partition` splits by memory as pinned; `gems simulate` gives the pinned sizes and all-reduce times."""
-    part = cli("gems", "partition", "--config", DEBUG, *BY_MEMORY, "--set", "pipeline.stages=3", timeout=120)
+    part = cli_here("gems", "partition", "--config", DEBUG, *BY_MEMORY, "--set", "pipeline.stages=3", timeout=120)
     assert part.returncode == 0, part.stderr
     rows = [ln.split() for ln in part.stdout.splitlines() if ln.strip()[:1].isdigit()]
     assert [[r[1], *r[4:]] for r in rows] == PARTITION_3
-    sim = cli("gems", "simulate", "--config", DEBUG, *BY_MEMORY, "--devices", "2,8", "--json", "--latency", "50",
-              "--bandwidth", "2", "--overhead-ms", "3", timeout=120)
+    sim = cli_here("gems", "simulate", "--config", DEBUG, *BY_MEMORY, "--devices", "2,8", "--json",
+                   "--latency", "50", "--bandwidth", "2", "--overhead-ms", "3", timeout=120)
     assert sim.returncode == 0, sim.stderr
     got = json.loads(sim.stdout)
     assert len(got) == len(SIMULATE)

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 DEBUG = str(REPO / "configs" / "kraken" / "debug.yaml")
 
 
-def test_train_then_serve(cli, tmp_path):
+def test_train_then_serve(cli_here, tmp_path):
     """A replica started beside the trainer, before the run exists (as the README shows it), waits for the
     run's files and follows it to the last step (it used to stop at once: no config.yaml yet); then a
     replica started on the finished run loads it and serves it."""
@@ -26,8 +26,8 @@ def test_train_then_serve(cli, tmp_path):
                                "--until-step", "60", "--duration", "240", "--poll", "0.05", "--requests", "1"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
-        res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
-                  "--set", "run.progress=false")
+        res = cli_here("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}",
+                       "--set", "run.run_id=r", "--set", "run.progress=false")
         assert res.returncode == 0, res.stderr
         served, err = beside.communicate(timeout=240)
     finally:
@@ -45,8 +45,8 @@ def test_train_then_serve(cli, tmp_path):
     assert [r["step"] for r in rows] == [10, 20, 30, 40, 50, 60] and all("auc" in r for r in rows)
     # every table stayed within its 300 rows
     assert all(t["rows"] <= 300 for t in summary["tables"].values())
-    res = cli("kraken", "serve", "--checkpoint-dir", str(run / "checkpoints"), "--until-step", "60",
-              "--duration", "60", "--poll", "0.05")
+    res = cli_here("kraken", "serve", "--checkpoint-dir", str(run / "checkpoints"), "--until-step", "60",
+                   "--duration", "60", "--poll", "0.05")
     assert res.returncode == 0, res.stderr
     out = [json.loads(x) for x in res.stdout.splitlines() if x.startswith("{")]
     assert out[-1]["summary"]["step"] == 60 and out[-1]["summary"]["batches_served"] >= 1
@@ -77,9 +77,9 @@ def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
     (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
     (["bench", "--steps", "0"], "--steps: key 'steps' = 0 is out of range (must be >= 2)"),
 ])
-def test_bad_input_is_one_line(cli, tmp_path, args, words):
+def test_bad_input_is_one_line(cli_here, tmp_path, args, words):
     extra = {"train": ["--set", f"run.root={tmp_path}"], "serve": ["--poll", "0.01"]}.get(args[0], [])
-    res = cli("kraken", *args, *extra)
+    res = cli_here("kraken", *args, *extra)
     assert res.returncode != 0
     assert words in res.stderr and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 

@@ -70,10 +70,10 @@ def _auc_tolerance(samples: int, ctr: float) -> tuple[float, float]:
     return 0.0, 4.0 / (n_pos * (samples - n_pos))
 
 
-def test_debug_run_is_pinned(cli, tmp_path):
+def test_debug_run_is_pinned(cli_here, tmp_path):
     """The debug config's loss, windowed AUC/log-loss, table rows, summary and checkpoint files are unchanged."""
-    res = cli("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
-              "--set", "run.progress=false")
+    res = cli_here("kraken", "train", "--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r",
+                   "--set", "run.progress=false")
     assert res.returncode == 0, res.stderr
     run = tmp_path / "kraken" / "r"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]

@@ -40,14 +40,14 @@ def test_too_big_jobs_and_bad_windows_are_one_line_errors(cli, tmp_path):
     assert res.returncode == 1 and "outside" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_train_resume_and_eval(cli, tmp_path):
+def test_train_resume_and_eval(cli_here, tmp_path):
     """Train the debug config, resume it for one more epoch from its checkpoint, then evaluate it."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r", "--set", "run.progress=false"]
-    res = cli("sched", "train", *common, "--set", "ppo.epochs=1")
+    res = cli_here("sched", "train", *common, "--set", "ppo.epochs=1")
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "r"
     assert (run / "checkpoints" / "ckpt-00000001.pt").exists()
-    res = cli("sched", "train", *common, "--set", "ppo.epochs=2", "--set", "run.resume=true")
+    res = cli_here("sched", "train", *common, "--set", "ppo.epochs=2", "--set", "run.resume=true")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in rows] == [1, 2]
@@ -58,11 +58,11 @@ def test_train_resume_and_eval(cli, tmp_path):
 
     shutil.copytree(run, tmp_path / "sched" / "bare", ignore=shutil.ignore_patterns("checkpoints"))
     bare = [a if a != "run.run_id=r" else "run.run_id=bare" for a in common]
-    res = cli("sched", "train", *bare, "--set", "ppo.epochs=1", "--set", "run.resume=true")
+    res = cli_here("sched", "train", *bare, "--set", "ppo.epochs=1", "--set", "run.resume=true")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "torchhpc: warning: run bare has no checkpoint to resume from: training starts at epoch 0" in res.stderr
-    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--trace-seed", "0",
-              "--starts", "500,1500", "--length", "128", "--samples", "2", "--json")
+    res = cli_here("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--trace-seed", "0",
+                   "--starts", "500,1500", "--length", "128", "--samples", "2", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout)
     assert set(out) == {"rl", "fcfs", "sjf", "f1"} and out["rl"]["bsld"] >= 1.0
@@ -80,8 +80,8 @@ def test_train_resume_and_eval(cli, tmp_path):
     del blob["state"]["backfill"]
     torch.save(blob, tmp_path / "cp" / "old.pt")
     assert policy_source(str(tmp_path / "cp" / "old.pt"))[3] is None
-    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
-              "--length", "128", "--greedy")
+    res = cli_here("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
+                   "--length", "128", "--greedy")
     assert res.returncode == 0 and "has the lower bsld: fcfs " in res.stdout and "/2" in res.stdout
     ratio = [x for x in res.stdout.splitlines() if x.startswith("RL bsld / f1 bsld: ")]
     assert len(ratio) == 1 and "paired bootstrap interval over the 2 windows" in ratio[0]
@@ -89,15 +89,16 @@ def test_train_resume_and_eval(cli, tmp_path):
     # no trace option: the trace the run was trained on (its config.yaml: generated, 3000 jobs), not the
     # default generated one (10,000 jobs); the same scores as naming it, and the box plot where --plot says
     window = ["--starts", "500,1500", "--length", "128", "--greedy"]
-    named = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", *window, "--json")
-    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--json", "--plot", str(tmp_path / "p" / "e.svg"))
+    named = cli_here("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", *window, "--json")
+    res = cli_here("sched", "eval", "--checkpoint", str(run), *window, "--json", "--plot",
+                   str(tmp_path / "p" / "e.svg"))
     assert named.returncode == res.returncode == 0, res.stderr[-3000:]
     assert json.loads(res.stdout) == json.loads(named.stdout) and (tmp_path / "p" / "e.svg").stat().st_size > 0
-    default = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "10000", *window, "--json")
+    default = cli_here("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "10000", *window, "--json")
     assert json.loads(default.stdout) != json.loads(res.stdout)
-    res = cli("sched", "eval", "--checkpoint", str(run), *window)
+    res = cli_here("sched", "eval", "--checkpoint", str(run), *window)
     assert res.returncode == 0 and "(the one it was trained on)" in res.stdout.splitlines()[0]
-    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--plot", str(tmp_path / "e.txt"))
+    res = cli_here("sched", "eval", "--checkpoint", str(run), *window, "--plot", str(tmp_path / "e.txt"))
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert "must end in one of" in res.stderr and ".png" in res.stderr
 
@@ -122,7 +123,7 @@ def test_eval_of_a_shipped_policy_reads_the_trace_it_was_trained_on(shared_data,
     assert trained_trace(str(tmp_path), tmp_path) is None
 
 
-def test_eval_finds_the_trained_trace_or_says_why_not(cli, tmp_path, shared_data):
+def test_eval_finds_the_trained_trace_or_says_why_not(cli_here, tmp_path, shared_data):
     """A run trained on an SWF file read leniently is evaluated on that file, leniently, from another folder (its
     absolute path on the first line); a run whose relative trace is not found from here is one line that
     says so (not a file of the same name elsewhere); the unset generated setting comes from the training;
@@ -135,64 +136,64 @@ def test_eval_finds_the_trained_trace_or_says_why_not(cli, tmp_path, shared_data
     swf.write_text("\n".join(lines[:3000] + ["this is not an SWF line"] + lines[3000:3400]) + "\n")
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false", "--set",
               "ppo.epochs=1", "--set", "trace.strict=false", "--set", "eval.starts=[100]"]
-    res = cli("sched", "train", *common, "--set", "run.run_id=file", "--set", f"trace.path={swf}")
+    res = cli_here("sched", "train", *common, "--set", "run.run_id=file", "--set", f"trace.path={swf}")
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "file"
     window = ["--start", "100", "--length", "64", "--greedy"]
-    res = cli("sched", "eval", "--checkpoint", str(run), *window)
+    res = cli_here("sched", "eval", "--checkpoint", str(run), *window)
     assert res.returncode == 0, res.stderr[-2000:]
     assert f"(the one it was trained on: {swf.resolve()})" in res.stdout.splitlines()[0]
     # the same run with its trace given relative to the folder it was trained in, evaluated from elsewhere
     shutil.copytree(run, tmp_path / "sched" / "rel")
     config = (tmp_path / "sched" / "rel" / "config.yaml")
     config.write_text(config.read_text().replace(str(swf), "t/lublin_256.swf"))
-    res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "rel"), *window)
+    res = cli_here("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "rel"), *window)
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         "torchhpc: error: the policy was trained on the trace t/lublin_256.swf (a path from the folder it was "
         "trained in), which is not here: give --trace FILE, or --generate-jobs N to evaluate on a generated trace"]
-    res = cli("sched", "eval", "--checkpoint", str(run / "checkpoints" / "ckpt-00000001.pt"), *window,
-              "--which", "last")
+    res = cli_here("sched", "eval", "--checkpoint", str(run / "checkpoints" / "ckpt-00000001.pt"), *window,
+                   "--which", "last")
     assert res.returncode == 1 and "--which last would be ignored" in res.stderr
-    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--generate-jobs", "3000", "--lenient")
+    res = cli_here("sched", "eval", "--checkpoint", str(run), *window, "--generate-jobs", "3000", "--lenient")
     assert res.returncode == 1 and "--lenient would be ignored" in res.stderr
     # trained on a generated trace of 3000 jobs: --trace-seed alone keeps its 3000 jobs
-    res = cli("sched", "train", *common[:-4], "--set", "run.run_id=gen", "--set", "eval.starts=[100]")
+    res = cli_here("sched", "train", *common[:-4], "--set", "run.run_id=gen", "--set", "eval.starts=[100]")
     assert res.returncode == 0, res.stderr[-3000:]
-    res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "gen"), *window, "--trace-seed", "5")
+    res = cli_here("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "gen"), *window, "--trace-seed", "5")
     assert res.returncode == 0 and "trace lublin(seed=5, jobs=3000)" in res.stdout.splitlines()[0]
     assert list((tmp_path / "sched" / "gen").glob("eval_lublin_seed_5_jobs_3000_none_best.png"))
 
-def test_train_with_the_relative_reward(cli, tmp_path):
+def test_train_with_the_relative_reward(cli_here, tmp_path):
     """env.reward=log_ratio trains (one epoch); an unknown reference heuristic is a one-line error."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=rel",
               "--set", "run.progress=false", "--set", "ppo.epochs=1", "--set", "env.reward=log_ratio"]
-    res = cli("sched", "train", *common)
+    res = cli_here("sched", "train", *common)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "sched" / "rel" / "metrics.jsonl").read_text().splitlines()]
     assert rows[0]["train_bsld"] >= 1.0
-    res = cli("sched", "train", *common, "--set", "env.reward_reference=nope")
+    res = cli_here("sched", "train", *common, "--set", "env.reward_reference=nope")
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
-def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, tmp_path):
+def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli_here, tmp_path):
     """ppo.advantage=group: 8 trajectories in groups of 4 schedule 2 distinct job windows per epoch; a group
     size that does not divide the trajectories is a one-line error."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=grp",
               "--set", "run.progress=false", "--set", "ppo.advantage=group", "--set", "ppo.group_size=4"]
-    res = cli("sched", "train", *common)
+    res = cli_here("sched", "train", *common)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "sched" / "grp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["sequences"] for r in rows] == [2, 2] and all(r["pi_steps"] > 0 for r in rows)
-    res = cli("sched", "train", *common, "--set", "ppo.group_size=3")
+    res = cli_here("sched", "train", *common, "--set", "ppo.group_size=3")
     assert res.returncode == 1 and "multiples of ppo.group_size (3)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
-    res = cli("sched", "train", *common, "--set", "env.prior=f1", "--set", "ppo.policy=flat")
+    res = cli_here("sched", "train", *common, "--set", "env.prior=f1", "--set", "ppo.policy=flat")
     assert res.returncode == 1 and "env.prior needs ppo.policy=kernel" in res.stderr
-    res = cli("sched", "train", *common, "--set", "env.prior=nope")
+    res = cli_here("sched", "train", *common, "--set", "env.prior=nope")
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
-def test_kl_backtrack_keeps_each_epoch_within_the_kl_limit(cli, tmp_path):
+def test_kl_backtrack_keeps_each_epoch_within_the_kl_limit(cli_here, tmp_path):
     """With a learning rate far too large, the step before PPO's early stop overshoots the KL limit; with
     ppo.kl_backtrack that step is halved (or undone) until the KL is back within 1.5 x target_kl."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false",
@@ -200,7 +201,7 @@ def test_kl_backtrack_keeps_each_epoch_within_the_kl_limit(cli, tmp_path):
     limit = 1.5 * 0.002
 
     def rows(run_id, *extra):
-        res = cli("sched", "train", *common, "--set", f"run.run_id={run_id}", *extra)
+        res = cli_here("sched", "train", *common, "--set", f"run.run_id={run_id}", *extra)
         assert res.returncode == 0, res.stderr[-3000:]
         return [json.loads(x) for x in (tmp_path / "sched" / run_id / "metrics.jsonl").read_text().splitlines()]
 
@@ -211,52 +212,52 @@ def test_kl_backtrack_keeps_each_epoch_within_the_kl_limit(cli, tmp_path):
     assert any(r["step_kept"] < 1 for r in guarded)
 
 
-def test_imitation_only_keeps_the_cloned_policy(cli, tmp_path):
+def test_imitation_only_keeps_the_cloned_policy(cli_here, tmp_path):
     """ppo.epochs=0 with ppo.imitate saves the behaviour-cloned policy as epoch 0 for `sched eval`; without
     ppo.imitate it is a one-line error."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=bc",
               "--set", "run.progress=false", "--set", "ppo.epochs=0"]
-    res = cli("sched", "train", *common, "--set", "ppo.imitate=f1")
+    res = cli_here("sched", "train", *common, "--set", "ppo.imitate=f1")
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "bc"
     assert json.loads((run / "summary.json").read_text())["imitation"]["accuracy"] > 0.3
-    res = cli("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
-              "--length", "128", "--greedy")
+    res = cli_here("sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
+                   "--length", "128", "--greedy")
     assert res.returncode == 0 and "checkpoint: epoch 0" in res.stdout, res.stderr[-2000:]
-    res = cli("sched", "train", *common, "--set", "run.run_id=none")
+    res = cli_here("sched", "train", *common, "--set", "run.run_id=none")
     assert res.returncode == 1 and "trains nothing without ppo.imitate or env.prior" in res.stderr
 
 
-def test_context_features_train_and_evaluate_from_the_checkpoint(cli, tmp_path):
+def test_context_features_train_and_evaluate_from_the_checkpoint(cli_here, tmp_path):
     """env.context=true (with the F1 prior) trains, records itself in the checkpoint, and `sched eval` rebuilds
     the 12-column observation: the untrained prior policy schedules exactly as F1 does."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.progress=false",
               "--set", "env.context=true", "--set", "env.prior=f1", "--set", "ppo.advantage=group"]
-    res = cli("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=1")
+    res = cli_here("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=1")
     assert res.returncode == 0, res.stderr[-3000:]
-    res = cli("sched", "train", *common, "--set", "run.run_id=ctx0", "--set", "ppo.epochs=0")
+    res = cli_here("sched", "train", *common, "--set", "run.run_id=ctx0", "--set", "ppo.epochs=0")
     assert res.returncode == 0, res.stderr[-3000:]
     for run_id in ("ctx", "ctx0"):
-        res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / run_id), "--generate-jobs", "3000",
-                  "--starts", "500,1500", "--length", "128", "--greedy", "--policy", "f1", "--json")
+        res = cli_here("sched", "eval", "--checkpoint", str(tmp_path / "sched" / run_id), "--generate-jobs", "3000",
+                       "--starts", "500,1500", "--length", "128", "--greedy", "--policy", "f1", "--json")
         assert res.returncode == 0, res.stderr[-2000:]
         out = json.loads(res.stdout.splitlines()[-1])
         assert out["rl"]["bsld"] >= 1
     assert out["rl"]["bsld"] == out["f1"]["bsld"]  # ctx0: untrained, so its greedy choice is F1's
     # resuming with another observation is a one-line error, not a state_dict shape mismatch
-    res = cli("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=2",
-              "--set", "run.resume=true", "--set", "env.context=false")
+    res = cli_here("sched", "train", *common, "--set", "run.run_id=ctx", "--set", "ppo.epochs=2",
+                   "--set", "run.resume=true", "--set", "env.context=false")
     assert res.returncode == 1 and "run ctx was trained with env.context=true; resume it with the same" in res.stderr
     assert "Traceback" not in res.stderr
 
 
-def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
+def test_held_out_selection_keeps_the_best_checkpoint(cli_here, tmp_path):
     """With eval.validate the run keeps the checkpoint of its best held-out score, reports it, scores it on
     the test windows, and `sched eval` loads it unless --which last."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=val",
               "--set", "run.progress=false", "--set", "ppo.epochs=3", "--set", "eval.validate=3",
               "--set", "eval.validate_length=64", "--set", "eval.validate_every=1"]
-    res = cli("sched", "train", *common)
+    res = cli_here("sched", "train", *common)
     assert res.returncode == 0, res.stderr[-3000:]
     run = tmp_path / "sched" / "val"
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -271,15 +272,15 @@ def test_held_out_selection_keeps_the_best_checkpoint(cli, tmp_path):
     assert [p.name for p in (run / "checkpoints").glob("best-*.pt")] == [f"best-{best_epoch:08d}.pt"]
     args = ["sched", "eval", "--checkpoint", str(run), "--generate-jobs", "3000", "--starts", "500,1500",
             "--length", "128", "--greedy"]
-    res = cli(*args)
+    res = cli_here(*args)
     assert res.returncode == 0 and f"checkpoint: epoch {best_epoch}" in res.stdout, res.stderr[-2000:]
-    res = cli(*args, "--which", "last")
+    res = cli_here(*args, "--which", "last")
     assert res.returncode == 0 and "checkpoint: epoch 3" in res.stdout, res.stderr[-2000:]
 
 
-def test_unknown_config_key_is_one_line(cli, tmp_path):
+def test_unknown_config_key_is_one_line(cli_here, tmp_path):
     """A typo in a sched config key fails before training, naming the key."""
-    res = cli("sched", "train", "--config", DEBUG, "--set", "ppo.epoch=3")
+    res = cli_here("sched", "train", "--config", DEBUG, "--set", "ppo.epoch=3")
     assert res.returncode == 1 and "unknown key 'ppo.epoch'" in res.stderr
 
 
@@ -347,20 +348,20 @@ def test_nproc_relaunches_the_job_under_torchrun(cli, tmp_path):
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 1
 
 
-def test_generated_flags_policy_lists_and_required_checkpoint(cli, tmp_path):
+def test_generated_flags_policy_lists_and_required_checkpoint(cli_here, tmp_path):
     """`--policy` collects repeated and comma-separated names alike; a generated flag (`--ppo.epochs`) overrides
     the config file; `sched eval` without --checkpoint is a usage error (exit 2)."""
     win = ["--sequences", "1", "--length", "100", "--generate-jobs", "1000", "--json"]
-    a = cli("sched", "heuristics", "--policy", "sjf", "--policy", "f1", *win)
-    b = cli("sched", "heuristics", "--policy", "sjf,f1", *win)
+    a = cli_here("sched", "heuristics", "--policy", "sjf", "--policy", "f1", *win)
+    b = cli_here("sched", "heuristics", "--policy", "sjf,f1", *win)
     assert a.returncode == 0 and json.loads(a.stdout) == json.loads(b.stdout)
     assert list(json.loads(a.stdout)) == ["sjf", "f1"]
-    res = cli("sched", "train", "--config", DEBUG, "--run.root", str(tmp_path), "--run.run-id", "flag",
-              "--run.progress", "false", "--ppo.epochs", "1", "--eval.starts", "[500]")
+    res = cli_here("sched", "train", "--config", DEBUG, "--run.root", str(tmp_path), "--run.run-id", "flag",
+                   "--run.progress", "false", "--ppo.epochs", "1", "--eval.starts", "[500]")
     assert res.returncode == 0, res.stderr[-3000:]
     rows = (tmp_path / "sched" / "flag" / "metrics.jsonl").read_text().splitlines()
     assert len(rows) == 1
-    res = cli("sched", "eval", "--length", "128")
+    res = cli_here("sched", "eval", "--length", "128")
     assert res.returncode == 2 and "--checkpoint" in res.stderr
 
 
