@@ -110,3 +110,32 @@ def test_gpu_machine_script_says_what_is_missing_in_one_line(tmp_path):
     assert res.returncode == 2 and res.stderr.strip().splitlines() == [
         "gpu_machine.sh: prepare takes only --nvcomp, got '--nvcmop'"]
     assert not (tmp_path / "absent").exists() and not (tmp_path / "absent.new").exists()
+
+
+def test_peaks_follow_the_card_cuda_names():
+    """The % columns use the lent card's datasheet peaks (an H100 is not an H200: 3,350 against 4,800 GB/s;
+    a PCIe H100 has 51 FP64 TFLOP/s); a card not listed gets none rather than another card's."""
+    gpu = _gpu_module()
+    assert gpu.device_peaks("NVIDIA H200") == (67.0, 4800.0)
+    assert gpu.device_peaks("NVIDIA H100 80GB HBM3") == (67.0, 3350.0)
+    assert gpu.device_peaks("NVIDIA H100 PCIe") == (51.0, 2000.0)
+    assert gpu.device_peaks("NVIDIA H100 NVL") == (60.0, 3900.0)
+    assert gpu.device_peaks("NVIDIA A100-SXM4-80GB") == (19.5, 2039.0)
+    assert gpu.device_peaks("NVIDIA L4") is None and gpu.device_peaks(None) is None
+
+
+def test_the_dgemm_row_is_flops_over_time_and_the_cards_peak(monkeypatch):
+    """The DGEMM anchor row: 2 n^3 flops over do_bench's milliseconds, as % of the card's FP64 peak (here a
+    stand-in timer: the CPU has no CUDA events)."""
+    import torch
+    import triton.testing
+
+    gpu = _gpu_module()
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: (calls.append(fn()), 1.0)[1])
+    monkeypatch.setattr(gpu, "_peaks", lambda: (67.0, 3350.0))
+    row = gpu._dgemm_row("cpu", n=1000)
+    assert calls and calls[0].shape == (1000, 1000) and calls[0].dtype == torch.float64
+    assert row == {"name": "cuBLAS DGEMM 1000^3", "seconds": 0.001, "tflops": 2.0, "pct_fp64_peak": 3.0}
+    monkeypatch.setattr(gpu, "_peaks", lambda: None)
+    assert "pct_fp64_peak" not in gpu._dgemm_row("cpu", n=1000)
