@@ -399,10 +399,11 @@ class OursCompressor(Compressor):
     SMALL = 1 << 20
     """``level: auto`` is each byte plane's smallest frame of ``SMALL_LEVELS`` up to this many values and of
     ``LARGE_LEVELS`` above; the block codec's frames use level 1 (the packing has done most of the work)."""
-    SMALL_LEVELS = (1, "btultra-s1")
+    SMALL_LEVELS = (1, "btopt-s1")
     """Level 1 and zstd's optimal parser with a shallow search (:data:`.ops.ZSTD_SETTINGS`): on NYX's 32^3
-    planes the second is 20-29 % smaller than level 1 at 1e-2 of the range, within 3 % of level 15 (1.6 %
-    smaller at 1e-3) in 0.4 of level 15's time; on a 2^20 GRF at 1e-2 level 1 is the smaller."""
+    planes at 1e-2 of the range the pair writes 20.5 % less than level 1 alone (19-28 % a field; level 15:
+    22.6 %), 1.6 % less than level 1 and 15 at 1e-3, in 0.4 of level 15's time; on a 2^20 GRF at 1e-2 level 1
+    is the smaller."""
     LARGE_LEVELS = (1, 6)
     """On a 256^3 field's planes neither level wins everywhere: level 1's frame is 11 % smaller than level 6's
     at 1e-2 of the range, 1.7 % larger at 1e-4 (``docs/foresight/results.md``); level 1 costs a sixth of level

@@ -129,12 +129,14 @@ def _zstd(key: object, make):
     return _ZSTD[k]
 
 
-ZSTD_SETTINGS = {"btultra-s1": {"level": 17, "search_log": 1, "chain_log": 10, "hash_log": 10, "target_length": 999}}
-"""Named zstd settings beside the plain levels.  ``btultra-s1``: level 17's optimal parser (btultra) with one
-search a position in 1 KiB tables.  On small fields' byte planes the optimal parse is what level 15 buys over
-level 1 (NYX 32^3 at 1e-2 of the range: 29 % smaller), and the deep search what it pays: this setting writes
-NYX's planes within 3 % of level 15 (1.6 % smaller at 1e-3) in 0.4 of its time (``docs/foresight/results.md``).
-Its frames are plain zstd frames: the decoder does not need to know the setting."""
+ZSTD_SETTINGS = {"btopt-s1": {"level": 17, "strategy": "btopt", "min_match": 4, "search_log": 1, "chain_log": 10,
+                               "hash_log": 10, "target_length": 999}}
+"""Named zstd settings beside the plain levels, every parameter that matters pinned (not left to the level table
+of whichever libzstd is installed).  ``btopt-s1``: zstd's optimal parser (btopt) with one search a position in
+1 KiB tables.  On small fields' byte planes the parse is what level 15 buys over level 1 (NYX 32^3 at 1e-2 of
+the range: 22.6 % smaller than level 1) and the deep search what it pays: this setting writes NYX's planes
+within 3 % of level 15 (1.6 % smaller at 1e-3) in 0.4 of its time (``docs/foresight/results.md``).  Its frames
+are plain zstd frames: the decoder does not need to know the setting."""
 
 Level = int | str
 """A zstd level (1..22) or a name of :data:`ZSTD_SETTINGS`."""
@@ -146,6 +148,7 @@ def zstd_compress(data: bytes, level: Level = 3) -> bytes:
     if isinstance(level, str):
         def make():
             setting = dict(ZSTD_SETTINGS[level])
+            setting["strategy"] = getattr(zstandard, f"STRATEGY_{setting['strategy'].upper()}")
             params = zstandard.ZstdCompressionParameters.from_level(setting.pop("level"), **setting)
             return zstandard.ZstdCompressor(compression_params=params)
     else:

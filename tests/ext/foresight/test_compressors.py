@@ -239,11 +239,11 @@ def test_each_plane_keeps_the_smallest_frame_of_its_levels():
     for i, p in enumerate(planes):
         alone = [len(plane_sections([p], 1, lv)[1]) for lv in (1, 15)]
         assert len(both[i + 1]) == min(alone)
-    assert OursCompressor.SMALL_LEVELS == (1, "btultra-s1") and OursCompressor.LARGE_LEVELS == (1, 6)
+    assert OursCompressor.SMALL_LEVELS == (1, "btopt-s1") and OursCompressor.LARGE_LEVELS == (1, 6)
 
 
 def test_a_named_zstd_setting_writes_plain_frames_and_searches_deeper_than_level_1():
-    """``btultra-s1`` frames decode with a plain zstd decoder, and on a plane of small codes that are mostly
+    """``btopt-s1`` frames decode with a plain zstd decoder, and on a plane of small codes that are mostly
     zero (a smooth field's residuals at a loose bound) its optimal parse writes a quarter less than level 1's
     greedy one (0.74 of it here; level 15: 0.78)."""
     import zstandard
@@ -252,7 +252,7 @@ def test_a_named_zstd_setting_writes_plain_frames_and_searches_deeper_than_level
 
     rng = np.random.default_rng(7)
     data = np.where(rng.random(32768) < 0.03, rng.integers(1, 4, 32768), 0).astype(np.uint8).tobytes()
-    tuned = zstd_compress(data, "btultra-s1")
+    tuned = zstd_compress(data, "btopt-s1")
     assert zstandard.ZstdDecompressor().decompress(tuned) == data
     assert len(tuned) < 0.85 * len(zstd_compress(data, 1))
-    assert outlier_level((1, "btultra-s1")) == 3 and outlier_level(1) == 1
+    assert outlier_level((1, "btopt-s1")) == 3 and outlier_level(1) == 1
