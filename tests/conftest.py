@@ -154,29 +154,58 @@ def cli():
     return run_cli
 
 
+class _Hang(BaseException):
+    """Raised into a ``cli_here`` command that outlived its timeout (a BaseException: no handler of the
+    command's own turns it into an error line)."""
+
+
 @pytest.fixture
 def cli_here(capsys, monkeypatch):
-    """:func:`cli` run in this process: the same ``CompletedProcess`` (exit status, stdout, stderr) without a
-    fresh interpreter importing torch again (seconds a call), for commands that start no process of their
-    own. Tests of what only a real process shows (a traceback on stderr, a signal, torchrun) use ``cli``."""
+    """:func:`cli` run in this process, without a fresh interpreter importing torch and ``torch._dynamo`` again
+    (seconds a call): the exit status as the console script returns it, and what the command writes to
+    Python's ``sys.stdout`` and ``sys.stderr``.  It does not see what only a real process shows: Python
+    warnings (pytest records them), C++ and logging output bound to the process's file descriptors, a
+    traceback, a signal.  So it is for commands whose results are checked (train, eval, align, simulate on one
+    rank) and that start no process of their own; the exact lines a user sees on stderr (one-line errors),
+    torchrun launches and each command's own process are tested with ``cli``.  ``timeout`` stops a hang
+    (SIGALRM: ``subprocess.TimeoutExpired``), as ``cli``'s does; torch's thread count is restored after
+    each call (a command may set it)."""
+    import signal
 
-    def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float | None = None
-            ) -> subprocess.CompletedProcess:  # timeout: accepted as cli takes it, not enforced in-process
+    def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300
+            ) -> subprocess.CompletedProcess:
         from torchhpc.trainers.cli import main
 
+        def hang(signum, frame):
+            raise _Hang
+
         capsys.readouterr()
-        with monkeypatch.context() as m:
-            if cwd is not None:
-                m.chdir(cwd)
-            for key, value in (env or {}).items():
-                m.setenv(key, value)
-            try:
-                rc = main(list(args))
-            except SystemExit as exc:
-                rc = exc.code
+        threads = torch.get_num_threads()
+        before = signal.signal(signal.SIGALRM, hang)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            with monkeypatch.context() as m:
+                if cwd is not None:
+                    m.chdir(cwd)
+                for key, value in (env or {}).items():
+                    m.setenv(key, value)
+                try:
+                    rc = main(list(args))
+                except SystemExit as exc:
+                    rc = exc.code
+        except _Hang:
+            raise subprocess.TimeoutExpired(["torchhpc", *args], timeout) from None
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, before)
+            torch.set_num_threads(threads)
         out, err = capsys.readouterr()
-        if rc is None or isinstance(rc, str):  # what sys.exit makes of None and of a message
-            err, rc = err + (rc or ""), (1 if rc else 0)
+        if rc is None:  # what the interpreter makes of sys.exit's argument
+            rc = 0
+        elif isinstance(rc, int):
+            rc &= 0xFF
+        else:
+            err, rc = err + f"{rc}\n", 1
         return subprocess.CompletedProcess(["torchhpc", *args], rc, out, err)
 
     return run

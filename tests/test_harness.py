@@ -38,3 +38,26 @@ def test_margins_record_the_draws_multinomial_makes_without_changing_them():
     assert torch.equal(plain, recorded)
     assert len(m.sampled) == 50 and all(0 <= x <= 1 for x in m.sampled)
     assert m.greedy == [pytest.approx(1 / 3)]
+
+
+def test_cli_here_returns_what_the_console_script_would_and_stops_a_hang(cli_here, monkeypatch):
+    """The in-process CLI: sys.exit's None / int / message become the status a process exits with (0, the code
+    mod 256, 1 with the message on stderr); torch's thread count is put back after a command sets it; a
+    command that outlives ``timeout`` is stopped (TimeoutExpired) instead of holding the worker."""
+    import subprocess
+    import sys
+    import time
+
+    import torchhpc.trainers.cli as entry
+
+    for code, status in ((None, 0), (3, 3), (258, 2), ("boom", 1)):
+        monkeypatch.setattr(entry, "main", lambda argv, code=code: sys.exit(code))
+        res = cli_here("x")
+        assert res.returncode == status, code
+    assert res.stderr == "boom\n"
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(entry, "main", lambda argv: torch.set_num_threads(threads + 1))
+    assert cli_here("x").returncode == 0 and torch.get_num_threads() == threads
+    monkeypatch.setattr(entry, "main", lambda argv: time.sleep(60))
+    with pytest.raises(subprocess.TimeoutExpired):
+        cli_here("x", timeout=0.2)

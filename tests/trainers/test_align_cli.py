@@ -34,11 +34,11 @@ def test_help_names_lastz_options(cli):
         assert opt in res.stdout, opt
 
 
-def test_align_writes_maf_both_strands(cli_here, pair, tmp_path):
+def test_align_writes_maf_both_strands(cli, pair, tmp_path):
     """The default run writes MAF blocks on both strands and --stats prints JSON counters, naming the filter
     kernel and the gapped-extension kernel that ran (numba where installed)."""
     out = tmp_path / "out.maf"
-    res = cli_here("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
+    res = cli("align", str(pair / "t.fa.gz"), str(pair / "q.fa"), "--output", str(out), "--stats")
     assert res.returncode == 0, res.stderr[-2000:]
     alns = read_maf(out.read_text())
     assert {a.strand for a in alns} == {"+", "-"}
@@ -159,7 +159,7 @@ def test_gapped_by_lastz(cli_here, pair):
         (None, ["--format", "sam"], ["--format", "must be one of", "'sam'"]),
     ],
 )
-def test_bad_input_one_line_nonzero(cli_here, pair, tmp_path, make, extra, words):
+def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
     """Bad files and options exit non-zero with one line on stderr, no traceback."""
     target = pair / "t.fa"
     if make:
@@ -169,7 +169,7 @@ def test_bad_input_one_line_nonzero(cli_here, pair, tmp_path, make, extra, words
         if body is not None:
             target.write_text(body)
     nogapped = [] if "--gapped-by" in extra else ["--nogapped"]
-    res = cli_here("align", str(target), str(pair / "q.fa"), *nogapped, *extra)
+    res = cli("align", str(target), str(pair / "q.fa"), *nogapped, *extra)
     assert res.returncode != 0
     assert "Traceback" not in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr

@@ -25,13 +25,13 @@ def test_demo_help(cli):
     assert res.returncode == 0 and "--config" in res.stdout and "--set" in res.stdout
 
 
-def test_demo_writes_a_run_folder(cli_here, tmp_path):
+def test_demo_writes_a_run_folder(cli, tmp_path):
     """The demo (what make demo runs) completes and writes config, summary, metrics and a plot."""
-    res = cli_here("demo", "--config", str(REPO / "configs/demo/default.yaml"), "--set", f"run.root={tmp_path}",
-                   "--set", "kraken.batch=64", "--set", "kraken.rows=500", "--set", "kraken.repeats=2",
-                   "--set", "kraken.continual_steps=60", "--set", "run.run_id=t1", "--set", "run.progress=false",
-                   # the first five systems here; each newer system's step has its own test (tests/ext/<system>/)
-                   "--steps", "[sched, kraken, gems, segalign, ccsdt]")
+    res = cli("demo", "--config", str(REPO / "configs/demo/default.yaml"), "--set", f"run.root={tmp_path}",
+              "--set", "kraken.batch=64", "--set", "kraken.rows=500", "--set", "kraken.repeats=2",
+              "--set", "kraken.continual_steps=60", "--set", "run.run_id=t1", "--set", "run.progress=false",
+              # the first five systems here; each newer system's step has its own test (tests/ext/<system>/)
+              "--steps", "[sched, kraken, gems, segalign, ccsdt]")
     assert res.returncode == 0, res.stderr[-3000:]
     d = tmp_path / "demo" / "t1"
     summary = json.loads((d / "summary.json").read_text())
@@ -59,13 +59,13 @@ def test_demo_writes_a_run_folder(cli_here, tmp_path):
         (["nosuchcommand"], ["invalid choice"]),
     ],
 )
-def test_bad_input_gives_one_line_and_nonzero_exit(cli_here, tmp_path, args, words):
+def test_bad_input_gives_one_line_and_nonzero_exit(cli, tmp_path, args, words):
     """Invalid configs and arguments exit non-zero with one clear line on stderr, no traceback."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("stepz: [kraken]\n")
     args = [str(bad) if a == "CONFIG" else a for a in args]
-    res = cli_here(*args, "--set", f"run.root={tmp_path}") if args[0] == "demo" and "--frobnicate" not in args \
-        else cli_here(*args)
+    res = cli(*args, "--set", f"run.root={tmp_path}") if args[0] == "demo" and "--frobnicate" not in args \
+        else cli(*args)
     assert res.returncode != 0
     err = res.stderr.strip().splitlines()
     assert len(err) == 1, res.stderr

@@ -38,17 +38,17 @@ def test_help_lists_the_subcommands(cli):
     ("pipeline.balance=[1,1]", "pipeline.balance = [1, 1]"),
     ("pipeline.no_such_key=1", "unknown key 'pipeline.no_such_key'"),
 ])
-def test_bad_config_is_one_line_before_any_process_starts(cli_here, override, message):
+def test_bad_config_is_one_line_before_any_process_starts(cli, override, message):
     """Impossible configs are refused by the CLI with one line naming the option, exit status 1."""
-    res = cli_here("gems", "train", "--config", DEBUG, "--set", override, timeout=60)
+    res = cli("gems", "train", "--config", DEBUG, "--set", override, timeout=60)
     assert res.returncode == 1, res.stderr
     assert message in res.stderr
     assert "Traceback" not in res.stderr and "torch.distributed.run" not in res.stderr
 
 
-def test_nproc_that_does_not_fit_is_refused(cli_here):
+def test_nproc_that_does_not_fit_is_refused(cli):
     """`--nproc 3` for a 2-stage, 1-group config is refused before torchrun is launched."""
-    res = cli_here("gems", "train", "--config", DEBUG, "--nproc", "3", timeout=60)
+    res = cli("gems", "train", "--config", DEBUG, "--nproc", "3", timeout=60)
     assert res.returncode == 1 and "--nproc 3 does not fit the config" in res.stderr
 
 
@@ -63,7 +63,7 @@ def test_world_size_that_does_not_fit_fails_fast_under_torchrun(tmp_path):
 
 
 @pytest.mark.distributed
-def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli_here, tmp_path):
+def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli, cli_here, tmp_path):
     """torchrun MAST training logs loss/samples/s/peak memory, draws the timeline, and a run stopped
     after 2 updates and resumed to 4 has the loss trajectory of an uninterrupted 4-update run; `gems simulate
     --calibrate` fits the simulator on the run."""
@@ -105,8 +105,8 @@ def test_torchrun_training_writes_metrics_timeline_and_resumes_exactly(cli_here,
     (bad / "metrics.jsonl").write_text((run / "metrics.jsonl").read_text().splitlines()[0] + "\n")
     cut = cli_here("gems", "simulate", "--config", str(run / "config.yaml"), "--calibrate", str(bad), timeout=120)
     assert cut.returncode == 1 and "holds 1 update(s), fewer than the 3 timed" in cut.stderr, cut.stderr
-    other = cli_here("gems", "simulate", "--config", str(run / "config.yaml"), "--model.width", "8", "--calibrate",
-                     str(run), timeout=120)
+    other = cli("gems", "simulate", "--config", str(run / "config.yaml"), "--model.width", "8", "--calibrate",
+                str(run), timeout=120)
     assert other.returncode == 1 and "the run trained model.width = 4, the config has 8" in other.stderr, other.stderr
     assert len(other.stderr.strip().splitlines()) == 1
 
@@ -141,14 +141,14 @@ def test_single_process_train_partition_and_simulate(cli_here, tmp_path):
     assert bad.returncode == 1 and "--overhead-ms" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_partition_and_simulate_profile_on_the_training_device(cli_here):
+def test_partition_and_simulate_profile_on_the_training_device(cli):
     """`partition` and `simulate` profile the blocks on --device, where training runs (they profiled on the CPU
     whatever it said): the report names the device, and CUDA asked for where there is none is one line; the
     training run's own keys typed there are named in a warning."""
     import torch
 
-    part = cli_here("gems", "partition", "--config", DEBUG, "--device", "cpu", "--timeout-s", "5", "--set",
-                    "run.resume=true", timeout=120)
+    part = cli("gems", "partition", "--config", DEBUG, "--device", "cpu", "--timeout-s", "5", "--set",
+               "run.resume=true", timeout=120)
     assert part.returncode == 0 and ", profiled on cpu; " in part.stdout.splitlines()[0]
     # a training run's launch and folder keys, typed here, are named as not used (they did nothing silently)
     assert part.stderr.strip().splitlines() == [
@@ -156,7 +156,7 @@ def test_partition_and_simulate_profile_on_the_training_device(cli_here):
         "training run's processes and folder; this command runs here and writes none): ignored"]
     if not torch.cuda.is_available():
         for cmd in ("partition", "simulate"):
-            res = cli_here("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)
+            res = cli("gems", cmd, "--config", DEBUG, "--device", "cuda", timeout=120)
             assert res.returncode == 1 and res.stderr.strip().splitlines() == [
                 "torchhpc: error: device 'cuda' was requested but no CUDA device is available (use --device cpu)"]
 

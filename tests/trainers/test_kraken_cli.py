@@ -77,9 +77,9 @@ def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
     (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
     (["bench", "--steps", "0"], "--steps: key 'steps' = 0 is out of range (must be >= 2)"),
 ])
-def test_bad_input_is_one_line(cli_here, tmp_path, args, words):
+def test_bad_input_is_one_line(cli, tmp_path, args, words):
     extra = {"train": ["--set", f"run.root={tmp_path}"], "serve": ["--poll", "0.01"]}.get(args[0], [])
-    res = cli_here("kraken", *args, *extra)
+    res = cli("kraken", *args, *extra)
     assert res.returncode != 0
     assert words in res.stderr and "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
 

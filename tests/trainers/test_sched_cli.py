@@ -40,7 +40,7 @@ def test_too_big_jobs_and_bad_windows_are_one_line_errors(cli, tmp_path):
     assert res.returncode == 1 and "outside" in res.stderr and "Traceback" not in res.stderr
 
 
-def test_train_resume_and_eval(cli_here, tmp_path):
+def test_train_resume_and_eval(cli, cli_here, tmp_path):
     """Train the debug config, resume it for one more epoch from its checkpoint, then evaluate it."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=r", "--set", "run.progress=false"]
     res = cli_here("sched", "train", *common, "--set", "ppo.epochs=1")
@@ -98,7 +98,7 @@ def test_train_resume_and_eval(cli_here, tmp_path):
     assert json.loads(default.stdout) != json.loads(res.stdout)
     res = cli_here("sched", "eval", "--checkpoint", str(run), *window)
     assert res.returncode == 0 and "(the one it was trained on)" in res.stdout.splitlines()[0]
-    res = cli_here("sched", "eval", "--checkpoint", str(run), *window, "--plot", str(tmp_path / "e.txt"))
+    res = cli("sched", "eval", "--checkpoint", str(run), *window, "--plot", str(tmp_path / "e.txt"))
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [res.stderr.strip()]
     assert "must end in one of" in res.stderr and ".png" in res.stderr
 
@@ -123,7 +123,7 @@ def test_eval_of_a_shipped_policy_reads_the_trace_it_was_trained_on(shared_data,
     assert trained_trace(str(tmp_path), tmp_path) is None
 
 
-def test_eval_finds_the_trained_trace_or_says_why_not(cli_here, tmp_path, shared_data):
+def test_eval_finds_the_trained_trace_or_says_why_not(cli, cli_here, tmp_path, shared_data):
     """A run trained on an SWF file read leniently is evaluated on that file, leniently, from another folder (its
     absolute path on the first line); a run whose relative trace is not found from here is one line that
     says so (not a file of the same name elsewhere); the unset generated setting comes from the training;
@@ -147,7 +147,7 @@ def test_eval_finds_the_trained_trace_or_says_why_not(cli_here, tmp_path, shared
     shutil.copytree(run, tmp_path / "sched" / "rel")
     config = (tmp_path / "sched" / "rel" / "config.yaml")
     config.write_text(config.read_text().replace(str(swf), "t/lublin_256.swf"))
-    res = cli_here("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "rel"), *window)
+    res = cli("sched", "eval", "--checkpoint", str(tmp_path / "sched" / "rel"), *window)
     assert res.returncode == 1 and res.stderr.strip().splitlines() == [
         "torchhpc: error: the policy was trained on the trace t/lublin_256.swf (a path from the folder it was "
         "trained in), which is not here: give --trace FILE, or --generate-jobs N to evaluate on a generated trace"]
@@ -175,7 +175,7 @@ def test_train_with_the_relative_reward(cli_here, tmp_path):
     assert res.returncode == 1 and "unknown heuristic 'nope'" in res.stderr
 
 
-def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli_here, tmp_path):
+def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli, cli_here, tmp_path):
     """ppo.advantage=group: 8 trajectories in groups of 4 schedule 2 distinct job windows per epoch; a group
     size that does not divide the trajectories is a one-line error."""
     common = ["--config", DEBUG, "--set", f"run.root={tmp_path}", "--set", "run.run_id=grp",
@@ -184,7 +184,7 @@ def test_group_advantage_replays_each_sequence_and_checks_group_sizes(cli_here, 
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "sched" / "grp" / "metrics.jsonl").read_text().splitlines()]
     assert [r["sequences"] for r in rows] == [2, 2] and all(r["pi_steps"] > 0 for r in rows)
-    res = cli_here("sched", "train", *common, "--set", "ppo.group_size=3")
+    res = cli("sched", "train", *common, "--set", "ppo.group_size=3")
     assert res.returncode == 1 and "multiples of ppo.group_size (3)" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
     res = cli_here("sched", "train", *common, "--set", "env.prior=f1", "--set", "ppo.policy=flat")

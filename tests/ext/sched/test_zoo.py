@@ -76,7 +76,7 @@ def test_shipped_policy_on_a_trace_it_was_not_trained_on(shared_data, name):
     assert np.isfinite(rl) and rl < heur["fcfs"] and rl < 1.1 * max(heur["sjf"], heur["f1"]), (rl, heur)
 
 
-def test_eval_cli_with_a_shipped_policy(cli_here, shared_data, tmp_path):
+def test_eval_cli_with_a_shipped_policy(cli, cli_here, shared_data, tmp_path):
     """`sched eval --checkpoint pretrained:NAME --json` prints one JSON object (RL and each heuristic), scheduled
     with the backfilling the policy was trained with; an unknown name is a one-line error listing the shipped ones."""
     names = zoo.available()
@@ -92,5 +92,5 @@ def test_eval_cli_with_a_shipped_policy(cli_here, shared_data, tmp_path):
     trace = read_swf(shared_data / "swf/lublin_256_new2").for_scheduling()
     sjf = evaluate_heuristic(trace, "sjf", [3000], 96, zoo.card(names[0])["setting"]["backfill"])[0]["bsld"]
     assert out["sjf"]["bsld"] == pytest.approx(sjf, rel=1e-12)
-    res = cli_here("sched", "eval", "--checkpoint", "pretrained:nope", "--start", "0", "--length", "64")
+    res = cli("sched", "eval", "--checkpoint", "pretrained:nope", "--start", "0", "--length", "64")
     assert res.returncode == 1 and names[0] in res.stderr and len(res.stderr.strip().splitlines()) == 1
