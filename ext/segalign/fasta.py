@@ -250,6 +250,17 @@ def from_strings(records: dict[str, str] | list[tuple[str, str]], ambiguous: str
     return parse_fasta(text, "<memory>", ambiguous)
 
 
+_DNA_UPPER = np.arange(256, dtype=np.uint8)
+_DNA_UPPER[np.arange(ord("a"), ord("z") + 1)] -= 32
+_DNA_UPPER[[ord("U"), ord("u")]] = ord("T")
+
+
+def dna_upper(text: str) -> np.ndarray:
+    """An alignment row's letters as uppercase bytes with U read as T (as the aligner reads them), for
+    comparing two rows: ``u``/``U`` against ``T`` is a match, as it scored."""
+    return _DNA_UPPER[np.frombuffer(text.encode(), dtype=np.uint8)]
+
+
 def decode(letters: np.ndarray) -> str:
     return letters.tobytes().decode("ascii")
 

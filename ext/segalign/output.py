@@ -16,7 +16,7 @@ import numpy as np
 
 from torchhpc.ext.core.errors import InputError
 
-from .fasta import SequenceSet
+from .fasta import SequenceSet, dna_upper
 from .ops import HSPs
 
 
@@ -42,10 +42,9 @@ class Alignment:
     q_text: str
 
     def identity(self) -> tuple[int, int]:
-        """``(matches, columns)`` over the columns where both bases are A, C, G or T (either case), as
-        LASTZ counts them: gaps and columns with N or another ambiguous base are left out."""
-        a = np.frombuffer(self.t_text.upper().encode(), dtype=np.uint8)
-        b = np.frombuffer(self.q_text.upper().encode(), dtype=np.uint8)
+        """``(matches, columns)`` over the columns where both bases are A, C, G or T (either case; U is T, as
+        it was aligned), as LASTZ counts them: gaps and columns with N or another ambiguous base are left out."""
+        a, b = dna_upper(self.t_text), dna_upper(self.q_text)
         both = _NUCLEOTIDE[a] & _NUCLEOTIDE[b]
         return int(((a == b) & both).sum()), int(both.sum())
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .fasta import dna_upper
 from .output import Alignment
 
 PairSets = dict[tuple[str, str, str], np.ndarray]
@@ -40,8 +41,7 @@ def pairs_from_general(text: str) -> PairSets:
 
 
 def _pairs_from_rows(t_start: int, t_text: str, q_start: int, q_text: str, matching: bool) -> np.ndarray:
-    a = np.frombuffer(t_text.upper().encode(), dtype=np.uint8)
-    b = np.frombuffer(q_text.upper().encode(), dtype=np.uint8)
+    a, b = dna_upper(t_text), dna_upper(q_text)
     ta, qa = a != ord("-"), b != ord("-")
     tpos = t_start + np.cumsum(ta) - 1
     qpos = q_start + np.cumsum(qa) - 1

@@ -83,7 +83,7 @@ def extension_score_reference(t: np.ndarray, q: np.ndarray, table, gap_open: int
 
 def path_score(t_letters: str, q_letters: str, table, gap_open: int, gap_extend: int) -> int:
     """Score of an alignment's two rows (``-`` for gaps) under a 4x4 ACGT table and affine gaps."""
-    code = {c: i for i, c in enumerate("ACGT")}
+    code = {c: i for i, c in enumerate("ACGT")} | {"U": 3}  # U is read as T
     score = 0
     gap = None
     for a, b in zip(t_letters.upper(), q_letters.upper(), strict=True):

@@ -62,3 +62,22 @@ def test_write_formats(tmp_path, capsys):
     assert capsys.readouterr().out.startswith("#score")
     with pytest.raises(InputError, match="--format"):
         write_alignments([_aln()], "sam", tmp_path / "x.sam")
+
+
+def test_u_is_counted_as_the_t_it_was_aligned_as():
+    """A U (RNA input) is read as T: it scored as T, so the identity counts it as T (it was left out of the
+    count and the denominator), the recall's matching pairs and the reference score read it as T too; the
+    rows keep the letters as given."""
+    import numpy as np
+
+    from torchhpc.ext.segalign.recall import _pairs_from_rows
+    from torchhpc.ext.segalign.reference import path_score
+    from torchhpc.ext.segalign.scoring import HOXD70
+
+    dna = Alignment("t", 10, 0, 8, "q", 12, 0, 8, "+", 0, "ACGTTGCA", "ACGTTGCC")
+    rna = Alignment("t", 10, 0, 8, "q", 12, 0, 8, "+", 0, "ACGTTGCA", "ACGuUGCC")
+    assert dna.identity() == rna.identity() == (7, 8)
+    assert np.array_equal(_pairs_from_rows(0, rna.t_text, 0, rna.q_text, True),
+                          _pairs_from_rows(0, dna.t_text, 0, dna.q_text, True))
+    assert path_score(rna.t_text, rna.q_text, HOXD70, 400, 30) == path_score(dna.t_text, dna.q_text, HOXD70, 400, 30)
+    assert rna.q_text == "ACGuUGCC"
