@@ -167,12 +167,13 @@ def cli_here(capsys, monkeypatch):
     warnings (pytest records them), C++ and logging output bound to the process's file descriptors, a
     traceback, a signal.  So it is for commands whose results are checked (train, eval, align, simulate on one
     rank) and that start no process of their own; the exact lines a user sees on stderr (one-line errors),
-    torchrun launches and each command's own process are tested with ``cli``.  ``timeout`` stops a hang
-    (SIGALRM: ``subprocess.TimeoutExpired``), as ``cli``'s does; torch's thread count is restored after
-    each call (a command may set it)."""
+    torchrun launches, helper programs (LASTZ) and each command's own process are tested with ``cli``.
+    ``timeout`` (None: none) stops a command stuck in Python code on this thread (SIGALRM:
+    ``subprocess.TimeoutExpired``), not one stuck inside compiled code or waiting on a stuck thread.
+    torch's thread count is restored after each call (a command may set it)."""
     import signal
 
-    def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300
+    def run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float | None = 300
             ) -> subprocess.CompletedProcess:
         from torchhpc.trainers.cli import main
 
@@ -182,7 +183,7 @@ def cli_here(capsys, monkeypatch):
         capsys.readouterr()
         threads = torch.get_num_threads()
         before = signal.signal(signal.SIGALRM, hang)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        signal.setitimer(signal.ITIMER_REAL, timeout or 0)
         try:
             with monkeypatch.context() as m:
                 if cwd is not None:

@@ -121,7 +121,10 @@ def test_peaks_follow_the_card_cuda_names():
     assert gpu.device_peaks("NVIDIA H100 PCIe") == (51.0, 2000.0)
     assert gpu.device_peaks("NVIDIA H100 NVL") == (60.0, 3900.0)
     assert gpu.device_peaks("NVIDIA A100-SXM4-80GB") == (19.5, 2039.0)
+    assert gpu.device_peaks("NVIDIA H200 NVL") == (60.0, 4800.0)
     assert gpu.device_peaks("NVIDIA L4") is None and gpu.device_peaks(None) is None
+    assert gpu.device_peaks("NVIDIA H100 80GB HBM3 MIG 1g.10gb") is None  # a slice of the card
+    assert gpu.device_peaks("NVIDIA GH200 480GB") is None
 
 
 def test_the_dgemm_row_is_flops_over_time_and_the_cards_peak(monkeypatch):
@@ -139,3 +142,24 @@ def test_the_dgemm_row_is_flops_over_time_and_the_cards_peak(monkeypatch):
     assert row == {"name": "cuBLAS DGEMM 1000^3", "seconds": 0.001, "tflops": 2.0, "pct_fp64_peak": 3.0}
     monkeypatch.setattr(gpu, "_peaks", lambda: None)
     assert "pct_fp64_peak" not in gpu._dgemm_row("cpu", n=1000)
+
+
+def test_a_failed_dgemm_is_a_row_and_its_time_comes_off_the_ccsdt_budget(monkeypatch):
+    """The DGEMM anchor runs before the (T) rows: when it fails the step still returns the (T) rows, the
+    failure as a row; the time it took (CUDA's start-up included) is taken from the rows' 44 s budget."""
+    gpu = _gpu_module()
+    seen = {}
+
+    def dgemm(device):
+        raise RuntimeError("CUDA out of memory")
+
+    def rows(device, sizes, variants, budget_s, warm):
+        seen["budget"] = budget_s
+        return [{"name": "(T) o=20 v=120 pair blocks, fused epilogue"}]
+
+    monkeypatch.setattr(gpu, "_dgemm_row", dgemm)
+    monkeypatch.setattr(gpu, "_ccsdt_rows", rows)
+    monkeypatch.setattr(gpu, "_ccsdt_variants", lambda: dict.fromkeys("abcdef"))
+    out = gpu.step_ccsdt("cuda", None)
+    assert out[0] == {"name": "cuBLAS DGEMM", "failed": "RuntimeError: CUDA out of memory"}
+    assert out[1]["name"].startswith("(T)") and 0 < seen["budget"] <= 44.0

@@ -117,9 +117,9 @@ def test_nogapped_segments_and_general(cli_here, pair):
 
 
 @pytest.mark.skipif(not lastz_available(), reason="lastz is not on PATH")
-def test_gapped_by_lastz(cli_here, pair):
+def test_gapped_by_lastz(cli, pair):
     """--gapped-by lastz hands the HSPs to lastz --segments and returns its MAF."""
-    res = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
+    res = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz")
     assert res.returncode == 0, res.stderr[-2000:]
     assert read_maf(res.stdout)
     # a scoring file reaches lastz (as its --scores): HOXD70 doubled, gap penalties too, doubles the scores
@@ -128,8 +128,7 @@ def test_gapped_by_lastz(cli_here, pair):
     scores = pair / "double.txt"
     scores.write_text("gap_open_penalty = 800\ngap_extend_penalty = 60\nA C G T\n"
                       + "".join(f"{b} " + " ".join(str(2 * v) for v in row) + "\n" for b, row in zip("ACGT", HOXD70, strict=True)))
-    dbl = cli_here("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz",
-                   "--scoring", str(scores))
+    dbl = cli("align", str(pair / "t.fa"), str(pair / "q.fa"), "--gapped-by", "lastz", "--scoring", str(scores))
     assert dbl.returncode == 0, dbl.stderr[-2000:]
     best = max(a.score for a in read_maf(res.stdout))
     assert max(a.score for a in read_maf(dbl.stdout)) >= 2 * best - 100
