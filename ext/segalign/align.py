@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from torchhpc.ext.core.device import pick_device
@@ -213,6 +214,8 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: PipelineOption
         InputError: a device or kernel that cannot run here, or lastz failed.
     """
     plan = plan or plan_alignment(cfg)
+    if plan.gapped_by == "lastz":
+        _refuse_u_for_lastz(target, query)
     # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
     threads = torch.get_num_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
@@ -304,6 +307,14 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     stats["total_seconds"] = time.perf_counter() - t0
     stats["alignments"] = len(alns)
     return AlignResult(alns, hsps, target, query, stats)
+
+
+def _refuse_u_for_lastz(*sets: SequenceSet) -> None:
+    """LASTZ reads the files itself and refuses U, which we read as T: say so before the filter runs."""
+    for seqs in sets:
+        if np.isin(seqs.letters, np.frombuffer(b"Uu", dtype=np.uint8)).any():
+            raise InputError(f"{seqs.path}: the sequence has U (RNA), which LASTZ refuses: with --gapped-by lastz "
+                             "replace U with T, or leave the gapped stage to ours (--gapped-by auto)")
 
 
 def align_files(target_path: str | Path, query_path: str | Path, cfg: PipelineOptions | None = None, *,

@@ -141,6 +141,7 @@ def test_gapped_by_lastz(cli, pair):
         ("empty", [], ["empty file"]),
         ("protein", [], ["protein"]),
         ("badchar", [], ["record 1", "position 4", "'!'"]),
+        ("rna", ["--gapped-by", "lastz"], ["rna.fa", "U (RNA), which LASTZ refuses", "--gapped-by auto"]),
         (None, ["--seed", "01101"], ["--seed", "must start and end with 1"]),
         (None, ["--xdrop", "0"], ["--xdrop", "out of range", "> 0"]),
         (None, ["--max-hits", "0"], ["--max-hits", "out of range", "> 0"]),
@@ -164,7 +165,7 @@ def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
     if make:
         target = tmp_path / f"{make}.fa"
         body = {"missing": None, "empty": "", "protein": ">p\nMEEPQSDPSVEPPLSQETFSDLWKLL\n",
-                "badchar": ">x\nACG!T\n"}[make]
+                "badchar": ">x\nACG!T\n", "rna": ">r\nACGUACGUAAGCUUGA\n"}[make]
         if body is not None:
             target.write_text(body)
     nogapped = [] if "--gapped-by" in extra else ["--nogapped"]
