@@ -3,7 +3,7 @@
 Each base becomes one ``uint8`` code::
 
     code   0  1  2  3 | 4  5  6  7 | 8 | 9           | 10
-    base   A  C  G  T | a  c  g  t | N | other IUPAC | record separator
+    base   A  C  G  T | a  c  g  t | N | other IUPAC | record separator   (U, u read as T, t)
 
 so ``code & 3`` is the 2-bit nucleotide for codes 0-7, ``code ^ 2`` is its
 transition partner (A<->G, C<->T) and ``3 - code`` its complement.  Lowercase
@@ -174,7 +174,7 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
                                  f"(letters {''.join(sorted(chr(c) for c in letters))}); segalign aligns DNA")
             p = int(bad[0])
             raise InputError(f"{path}: record {n} ({name!r}) position {p + 1}: invalid character "
-                             f"{chr(seq[p])!r} (expected A, C, G, T, N or an IUPAC code)")
+                             f"{chr(seq[p])!r} (expected A, C, G, T, U, N or an IUPAC code)")
         iupac = np.flatnonzero(codes == IUPAC_CODE)
         if iupac.size and ambiguous != "iupac":
             p = int(iupac[0])
