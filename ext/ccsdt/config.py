@@ -34,7 +34,7 @@ class MoleculeOptions(Options):
 
     atom: str | None = option(None, flag="--atom",
                               help='atoms as "O 0 0 0; H 0 0.76 0.59; ..." (symbol x y z, ; between atoms)')
-    xyz: Path | None = option(None, flag="--xyz", help="an XYZ geometry file (instead of --atom)")
+    xyz: Path | None = option(None, flag="--xyz", input_file=True, help="an XYZ geometry file (instead of --atom)")
     basis: str | None = option(None, flag="--basis",
                                help="basis set name PySCF knows (cc-pvdz, aug-cc-pvtz, 6-31g*, ...)")
     charge: int = option(0, flag="--charge", help="molecular charge (the electron count must be even)")
@@ -74,7 +74,7 @@ class CCSDTOptions(Options):
     LEGACY_VALUES = {"dist.threads": {None: 0}}  # "threads: null" meant torch's default
 
     molecule: MoleculeOptions = option(default_factory=MoleculeOptions, help="the molecule")
-    inputs: Path | None = option(None, flag="--inputs",
+    inputs: Path | None = option(None, flag="--inputs", input_file=True,
                                  help="(T) inputs saved with --save-inputs, instead of a molecule (no PySCF needed)")
     backend: str = option("auto", choices=BACKEND_CHOICES,
                           help="auto: the fused Triton kernel on CUDA for nvir <= 64, else blocked torch GEMMs; "

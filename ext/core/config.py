@@ -61,6 +61,7 @@ def option(
     neg_flag: str | None = None,
     positional: bool = False,
     cli: bool = True,
+    input_file: bool = False,
 ) -> Any:
     """A documented, range-checked dataclass field.
 
@@ -73,9 +74,12 @@ def option(
         neg_flag: for a bool, a second flag that sets it false (e.g. LASTZ's ``--nogapped``).
         positional: a positional argument on the command line (e.g. an input file).
         cli: ``False`` leaves the option out of the command line (file and ``--set`` only).
+        input_file: a file the command reads (unless ``None``): the command line checks that it can be
+            read before the command starts (before torch loads), one line naming the option if not.
     """
     meta = {"help": help, "ge": ge, "gt": gt, "le": le, "lt": lt, "choices": tuple(choices) if choices else None,
-            "flag": flag, "neg_flag": neg_flag, "positional": positional, "cli": cli}
+            "flag": flag, "neg_flag": neg_flag, "positional": positional, "cli": cli,
+            "input_file": input_file}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

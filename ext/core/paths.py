@@ -40,7 +40,8 @@ def check_input(path: str | os.PathLike, *, what: str = "input") -> Path:
     """``path`` as a :class:`Path` when it is a readable file; else one line saying why not."""
     p = Path(path)
     if not p.exists():
-        raise InputError(f"{what} {p}: no such file")
+        where = "" if p.is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
+        raise InputError(f"{what} {p}: no such file{where}")
     if p.is_dir():
         raise InputError(f"{what} {p}: is a folder, not a file")
     if not os.access(p, os.R_OK):

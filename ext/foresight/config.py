@@ -34,7 +34,7 @@ COMPRESSOR_NAMES = ("ours", "sz3", "zfp", "fpzip", "bitgroom", "downsample", "zs
 class InputOptions(Options):
     """What to compress: a file, or a synthetic field with known statistics."""
 
-    path: str | None = option(None, help="HDF5 (NYX), .npy/.npz, raw volume or HACC GenericIO file; "
+    path: str | None = option(None, input_file=True, help="HDF5 (NYX), .npy/.npz, raw volume or HACC GenericIO file; "
                                          "null: the synthetic input")
     format: str = option("auto", choices=["auto", "hdf5", "numpy", "raw", "genericio"],
                          help="file format (auto: from the suffix / the GenericIO magic)")
@@ -205,7 +205,7 @@ class SweepConfig(Options):
 class CompressOptions(Options):
     """``torchhpc foresight compress IN OUT``: one setting on one file."""
 
-    input: Path = option(positional=True, help="the array: .npy/.npz, HDF5 (with --field) or raw (with --dims)")
+    input: Path = option(positional=True, input_file=True, help="the array: .npy/.npz, HDF5 (with --field) or raw (with --dims)")
     output: Path = option(positional=True, help="the compressed file to write")
     compressor: str = option("ours", choices=list(COMPRESSOR_NAMES), help="which compressor")
     mode: str = option("abs", choices=["abs", "rel", "pw_rel"],
@@ -224,9 +224,9 @@ class CompressOptions(Options):
 class DecompressOptions(Options):
     """``torchhpc foresight decompress IN OUT.npy``."""
 
-    input: Path = option(positional=True, help="a file written by `torchhpc foresight compress`")
+    input: Path = option(positional=True, input_file=True, help="a file written by `torchhpc foresight compress`")
     output: Path = option(positional=True, help="the .npy to write")
-    original: Path | None = option(None, help="the original .npy: report the max error against it")
+    original: Path | None = option(None, input_file=True, help="the original .npy: report the max error against it")
     json: bool = option(False, help="print one JSON object instead of the text report")
     device: str = option("cpu", choices=["auto", "cpu", "cuda"], help="where the decoding runs")
 

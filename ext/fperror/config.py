@@ -88,7 +88,7 @@ class AnalyzeOptions(Options):
 
     RENAMED: ClassVar[dict[str, str]] = _RENAMED
 
-    file: Path = option(positional=True, help="Satire, FPTaylor or FPCore file")
+    file: Path = option(positional=True, input_file=True, help="Satire, FPTaylor or FPCore file")
     format: str = option("auto", choices=["auto", "satire", "fptaylor", "fpcore"], flag="--format",
                          help="input language (auto: from the file's keywords)")
     json: bool = option(False, flag="--json", help="print one JSON object instead of the table")

@@ -50,6 +50,10 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> int:
     """
     import itertools
 
+    if cfg.stream.source == "criteo":  # (stream.path is read only then: not an option(input_file=True))
+        from torchhpc.ext.core.paths import check_input
+
+        check_input(cfg.stream.path, what="--stream.path")
     import torch
 
     from torchhpc.ext.core.distributed import distributed, launched_by_torchrun

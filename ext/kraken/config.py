@@ -180,7 +180,7 @@ class BenchOptions(Options):
 
     stream: str = option("synthetic", help="synthetic (known click model) | criteo (your Criteo-format log: --path)",
                          choices=["synthetic", "criteo"])
-    path: str | None = option(None, help="criteo: the log (TSV, gzip'd TSV or Parquet); its first steps x batch-size "
+    path: str | None = option(None, input_file=True, help="criteo: the log (TSV, gzip'd TSV or Parquet); its first steps x batch-size "
                                          "lines are the stream")
     steps: int = option(1500, help="batches of the stream", ge=2)
     vocab: int | None = option(None, help="synthetic: popularity ranks per feature (null: 20000; a Criteo log's are "

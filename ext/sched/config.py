@@ -80,7 +80,7 @@ def parse_starts(text: str, key: str = "--starts") -> list[int] | None:
 class TraceOptions(Options):
     """Which jobs to schedule."""
 
-    path: str | None = option(None, help="SWF trace file; null = a generated Lublin–Feitelson trace")
+    path: str | None = option(None, input_file=True, help="SWF trace file; null = a generated Lublin–Feitelson trace")
     procs: int | None = option(None, help="machine size override; null = the size the trace header gives", ge=1)
     strict: bool = option(True, help="fail on malformed SWF lines (false: skip and count them)")
     generate_jobs: int = option(10_000, help="jobs of the generated trace", ge=100)
@@ -274,7 +274,7 @@ class WindowOptions(Options):
     TRACE_MAY_BE_RECORDED: ClassVar[bool] = False
     """Whether a trace not given may come from elsewhere (``sched eval``: the one the policy was trained on)."""
 
-    trace: str | None = option(None, help="SWF file; null = a generated Lublin–Feitelson trace")
+    trace: str | None = option(None, input_file=True, help="SWF file; null = a generated Lublin–Feitelson trace")
     procs: int | None = option(None, help="machine size override; null = the size the trace header gives", ge=1)
     lenient: bool = option(False, help="skip malformed SWF lines instead of failing")
     backfill: str = option("none", help="none | rlscheduler | easy", choices=BACKFILLS)
@@ -331,7 +331,7 @@ class EvalCommandOptions(WindowOptions):
 
     checkpoint: str = option(help="run folder (runs/sched/<id>), checkpoint file, or pretrained:NAME (a policy "
                              "shipped with the package, e.g. pretrained:lublin1-backfill)")
-    trace: str | None = option(None, help="SWF file; null = the trace the policy was trained on (its run's "
+    trace: str | None = option(None, input_file=True, help="SWF file; null = the trace the policy was trained on (its run's "
                                "config.yaml, a shipped policy's card), else a generated Lublin–Feitelson trace")
     generate_jobs: int | None = option(None, help="jobs of a generated trace (no --trace); null = as the policy's "
                                        "generated trace had it, else 10000", ge=100)

@@ -25,15 +25,9 @@ def align(cmd: AlignCommand) -> int:
         0 (the exit status).
 
     Raises:
-        ConfigError / InputError: a missing or unreadable FASTA file (before torch loads), an unwritable
-            ``--output`` (before any work), a device or kernel that cannot run here, a malformed FASTA file;
-            JobError: a rank of ``--nproc N`` failed.
+        ConfigError / InputError: an unwritable ``--output`` (before any work), a device or kernel that
+            cannot run here, a missing or malformed FASTA file; JobError: a rank of ``--nproc N`` failed.
     """
-    from torchhpc.ext.core.paths import check_input
-
-    # the inputs first, before torch and the kernels load (a second and more): a typo fails at once
-    for what, path in (("target", cmd.target), ("query", cmd.query)):
-        check_input(path, what=f"{what} FASTA")
     from torchhpc.ext.core.distributed import distributed, launched_by_torchrun
 
     from .output import check_output, write_alignments

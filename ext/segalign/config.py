@@ -77,7 +77,7 @@ class PipelineOptions(Options):
     ydrop: int = option(9430, help="gapped Y-drop", gt=0)
     gappedthresh: int | None = option(None, help="gapped alignment score threshold (null: the same as --hspthresh)",
                                       gt=0)
-    scoring: str | None = option(None, help="LASTZ scoring file (null: HOXD70, gap open 400, gap extend 30)")
+    scoring: str | None = option(None, input_file=True, help="LASTZ scoring file (null: HOXD70, gap open 400, gap extend 30)")
     ambiguous: str | None = option(None, help="score N (n), or N and the other IUPAC codes (iupac, else refused), 0 "
                                               "instead of the fill score (-100): LASTZ's --ambiguous",
                                    choices=("n", "iupac"))
@@ -153,8 +153,8 @@ class AlignCommand(PipelineOptions):
     RENAMED = {"threads": "dist.threads", "dist_timeout": "dist.timeout_s", "device": "dist.device"}
     LEGACY_VALUES = {"dist.threads": {None: 0}}  # "threads: null" meant torch's default
 
-    target: str = option(help="target FASTA (.fa or .fa.gz; many records)", positional=True)
-    query: str = option(help="query FASTA (.fa or .fa.gz; many records)", positional=True)
+    target: str = option(input_file=True, help="target FASTA (.fa or .fa.gz; many records)", positional=True)
+    query: str = option(input_file=True, help="query FASTA (.fa or .fa.gz; many records)", positional=True)
     output: str | None = option(None, help="write the alignments to this file (null or -: standard output)")
     format: str = option("maf", help="maf (with the ##maf header line), maf- (LASTZ maf-: the blocks alone), general "
                                      "(LASTZ's tabular format) or "

@@ -55,9 +55,9 @@ class SolverOptions(Options):
 class GraphOptions(Options):
     """The similarity matrix A and its ground truth."""
 
-    path: str | None = option(None, help="graph file: edge list / SNAP text, .mtx, .gml", flag="--graph")
-    features: str | None = option(None, help="feature matrix (.npy/.csv/.txt) turned into a symmetrised kNN graph",
-                                  flag="--features")
+    path: str | None = option(None, input_file=True, help="graph file: edge list / SNAP text, .mtx, .gml", flag="--graph")
+    features: str | None = option(None, input_file=True, flag="--features",
+                                  help="feature matrix (.npy/.csv/.txt) turned into a symmetrised kNN graph")
     dataset: str | None = option(None, help="built-in input: digits (sklearn, 10-NN graph) | sbm (stochastic "
                                  "block model with sbm_* options)", choices=["digits", "sbm"], flag="--dataset")
     labels: str | None = option(None, help="ground truth: one integer per line, or 'node label' pairs",

@@ -114,3 +114,63 @@ def test_bad_config_file_is_one_line(tmp_path, capsys, path, parser, fault):
     rc = _main([*path, *_required_positionals(cls), "--config", str(cfg)])
     line = _check_one_line(capsys, rc, str(cfg))
     assert line.startswith("torchhpc")
+
+
+def _input_file_cases():
+    """(command, argv, what the line must name) with one ``option(input_file=True)`` pointing nowhere, every
+    other required option given (an existing file where it is an input file too)."""
+    cases = []
+    for path, parser in COMMANDS:
+        cls = parser.get_default(OPTIONS_ATTR)
+        leaves = _leaf_fields(cls)
+        for key, f, _tp, _ in leaves:
+            if not f.metadata.get("input_file"):
+                continue
+            argv = [*path]
+            for k2, f2, _t2, _ in leaves:  # in field order: positionals stay in place
+                required = f2.default is dataclasses.MISSING and f2.default_factory is dataclasses.MISSING
+                if k2 != key and not required:
+                    continue
+                value = ("{missing}" if k2 == key else "{existing}" if f2.metadata.get("input_file")
+                         else "placeholder")
+                argv += [value] if f2.metadata.get("positional") else [option_flag(k2, f2), value]
+            name = key.rsplit(".", 1)[-1] if f.metadata.get("positional") else option_flag(key, f)
+            # what those options need beside them: kraken bench reads --path with --stream criteo only, --xyz
+            # needs a basis
+            extra = {"--path": ["--stream", "criteo"], "--xyz": ["--basis", "sto-3g"]}.get(name, [])
+            cases.append((" ".join(path), argv + extra, name))
+    # foresight run's config checks every compressor setting with the compressors themselves (torch): last
+    return sorted(cases, key=lambda c: c[0] == "foresight run")
+
+
+def test_missing_input_files_fail_before_torch_loads(tmp_path):
+    """Every option that names a file to read (``option(input_file=True)``), given a path that does not
+    exist: one line naming the option and the path, exit 1, and torch never imported (the check comes
+    before the command and its imports: a typo costs a tenth of a second, not the start-up's seconds;
+    only ``foresight run``'s config loads torch, as it checks each compressor setting with the compressor).
+    Fails when an option is checked by its command only (torch loaded first) or not at all."""
+    import json
+    import subprocess
+    import sys
+
+    cases = _input_file_cases()
+    names = {c[0] for c in cases}
+    assert {"align", "ccsdt", "fperror analyze", "foresight compress", "foresight decompress", "foresight run",
+            "kraken bench", "sched heuristics", "sched eval", "sched train", "symnmf run"} <= names, names
+    existing = tmp_path / "existing.txt"
+    existing.write_text("x\n")
+    argvs = [[a.format(existing=existing, missing=tmp_path / "nope.dat") for a in argv] for _, argv, _ in cases]
+    probe = ("import contextlib, io, json, sys\nfrom torchhpc.trainers.cli import main\nout = []\n"
+             "for argv in json.loads(sys.argv[1]):\n    err = io.StringIO()\n"
+             "    with contextlib.redirect_stderr(err):\n        try:\n            rc = main(argv)\n"
+             "        except SystemExit as exc:\n            rc = exc.code\n"
+             "    out.append([rc, err.getvalue(), 'torch' in sys.modules])\nprint(json.dumps(out))\n")
+    res = subprocess.run([sys.executable, "-c", probe, json.dumps(argvs)], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads(res.stdout.strip().splitlines()[-1])
+    for (command, argv, name), (rc, err, torch_loaded) in zip(cases, report, strict=True):
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert rc == 1 and len(lines) == 1, (command, argv, rc, err[-1000:])
+        assert f"{name} {tmp_path / 'nope.dat'}: no such file" in lines[0], (command, lines[0])
+        assert not torch_loaded or command == "foresight run", f"{command} {name}: torch loaded before the check"

@@ -122,7 +122,7 @@ def test_good_bench_options_do_reach_torchrun_and_a_failed_job_leaves_no_output(
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--set", "trace.path=/nonexistent/trace.swf"], ["/nonexistent/trace.swf", "not found"]),
+    (["--set", "trace.path=/nonexistent/trace.swf"], ["--trace.path /nonexistent/trace.swf", "no such file"]),
     (["--set", "eval.starts=[2990]"], ["eval.starts", "does not fit"]),
     (["--set", "ppo.advantage=group", "--set", "ppo.trajectories=4", "--set", "ppo.num_envs=4"],
      ["ppo.trajectories (4)", "on each of the 2 ranks"]),

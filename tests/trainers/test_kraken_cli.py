@@ -72,6 +72,8 @@ def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
     (["train", "--config", "nope.yaml"], "nope.yaml"),
     (["train", "--config", DEBUG, "--set", "tables.eviction=fifo"], "tables.eviction"),
     (["train", "--config", DEBUG, "--set", "stream.source=criteo"], "stream.path"),
+    (["train", "--config", DEBUG, "--stream.source", "criteo", "--stream.path", "/nonexistent/day_0.tsv"],
+     "--stream.path /nonexistent/day_0.tsv: no such file"),
     (["train", "--config", DEBUG, "--set", "tables.max_rows=0", "--set", "tables.memory_budget_mb=0.0001"],
      "too small for one row"),
     (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
@@ -133,7 +135,7 @@ def test_bench_on_a_criteo_file_end_to_end(torchhpc_main, tmp_path):
 @pytest.mark.parametrize("args,words", [
     (["--stream", "criteo"], "path: give the Criteo-format log"),
     (["--path", "x.tsv"], "add --stream criteo"),
-    (["--stream", "criteo", "--path", "/nonexistent/day_0.tsv"], "/nonexistent/day_0.tsv: no such Criteo"),
+    (["--stream", "criteo", "--path", "/nonexistent/day_0.tsv"], "--path /nonexistent/day_0.tsv: no such file"),
     (["--stream", "criteo", "--path", "x.tsv", "--vocab", "20000"], "vocab 20000 would be ignored"),
 ])
 def test_bench_stream_options_are_checked(torchhpc_main, args, words):
