@@ -18,6 +18,7 @@ regions travel as one message in a fixed order of offsets.
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,8 +75,11 @@ class HaloSpMM:
         ordered_halo = np.concatenate([need[q] for q in sources]) if sources else np.zeros(0, np.int64)
         remap[ordered_halo] = np.arange(hi - lo, hi - lo + len(ordered_halo))
         local_cols = torch.from_numpy(remap[cols.numpy()])
-        self.a_local = torch.sparse_coo_tensor(torch.stack([rows, local_cols]), coo.values(),
-                                               (hi - lo, hi - lo + len(ordered_halo))).coalesce().to_sparse_csr()
+        local = torch.sparse_coo_tensor(torch.stack([rows, local_cols]), coo.values(),
+                                        (hi - lo, hi - lo + len(ordered_halo)), check_invariants=True)
+        with warnings.catch_warnings():  # (torch says on every CSR tensor that its support is in beta)
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
+            self.a_local = local.coalesce().to_sparse_csr()
         self.n_local = hi - lo
         self.halo_size = len(ordered_halo)
 

@@ -27,6 +27,8 @@ from typing import TextIO
 from .errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = b"PK\x03\x04"  # an .npz is a zip archive
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -129,6 +131,11 @@ def _load_numpy(path: str | os.PathLike, what: str):
     import numpy as np
 
     p = check_input(path, what=what)
+    with open(p, "rb") as fh:
+        head = fh.read(len(NPY_MAGIC))
+    if head and not head.startswith((NPY_MAGIC, ZIP_MAGIC[:len(head)])):  # (np.load would try it as a pickle)
+        raise InputError(f"{what} {p}: not a NumPy .npy/.npz file (it does not start with NumPy's header; a text "
+                         "or other file under that name?)")
     try:
         return np.load(p, allow_pickle=False)
     except EOFError:

@@ -189,6 +189,9 @@ def run_config(checkpoint_dir: str | Path) -> KrakenConfig:
     for cfg_path in candidates:
         if cfg_path.is_file():
             return load_config(KrakenConfig, cfg_path, [])
+    if not ckpt.exists():
+        raise InputError(f"{ckpt}: no such folder, and no kraken run beside it (no {candidates[0]}); give a run's "
+                         "checkpoints folder, runs/kraken/<id>/checkpoints")
     raise InputError(f"{ckpt}: not the checkpoints folder of a kraken run (no config.yaml beside it)")
 
 

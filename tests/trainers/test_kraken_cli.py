@@ -76,7 +76,7 @@ def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
      "--stream.path /nonexistent/day_0.tsv: no such file"),
     (["train", "--config", DEBUG, "--set", "tables.max_rows=0", "--set", "tables.memory_budget_mb=0.0001"],
      "too small for one row"),
-    (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "not the checkpoints folder"),
+    (["serve", "--checkpoint-dir", "/nonexistent/checkpoints", "--duration", "0"], "no such folder, and no kraken run"),
     (["bench", "--steps", "0"], "--steps: key 'steps' = 0 is out of range (must be >= 2)"),
 ])
 def test_bad_input_is_one_line(cli, tmp_path, args, words):

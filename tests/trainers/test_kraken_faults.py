@@ -194,7 +194,7 @@ def test_serve_pointed_at_a_file_is_an_error(torchhpc_main, trained, target):
 
 def test_serve_pointed_at_a_missing_folder_is_an_error(torchhpc_main, trained):
     rc, _, err = torchhpc_main(*_serve(trained / "checkpoints" / "nope", "--duration", "0"))
-    _one_line_error(rc, err, str(trained / "checkpoints" / "nope"), "not the checkpoints folder")
+    _one_line_error(rc, err, str(trained / "checkpoints" / "nope"), "no such folder, and no kraken run")
 
 
 # ----------------------------------------------------------------------------- 3. resume with a changed shape
