@@ -134,6 +134,24 @@ class UserFunction:
             raise self.error(f"failed: {describe_exception(exc)}") from exc
 
 
+def split_spec(spec: str, what: str) -> tuple[str, str]:
+    """``MODULE:function`` / ``FILE.py:function`` as ``(module or file, function)``; a ``.py`` file must be
+    readable.  Nothing is imported (the command line calls this before torch loads: a mistyped path fails
+    at once).
+
+    Raises:
+        InputError: a malformed ``spec``, or a ``.py`` file that is missing or unreadable -- naming ``what``.
+    """
+    mod_name, sep, fn_name = spec.rpartition(":")
+    if not sep or not mod_name or not fn_name:
+        raise InputError(f"{what}: expected MODULE:function or FILE.py:function, got {spec!r}")
+    if mod_name.endswith(".py"):
+        from .paths import check_input
+
+        check_input(mod_name, what=what)
+    return mod_name, fn_name
+
+
 def load_function(spec: str, what: str) -> UserFunction:
     """The function named by ``MODULE:function`` or ``path/FILE.py:function``.
 
@@ -146,15 +164,11 @@ def load_function(spec: str, what: str) -> UserFunction:
         InputError: a malformed ``spec``, no such file, a syntax error (``file:line:column``), an
             exception while importing, or no such function -- naming ``what`` (``--model``, ``target``).
     """
-    mod_name, sep, fn_name = spec.rpartition(":")
-    if not sep or not mod_name or not fn_name:
-        raise InputError(f"{what}: expected MODULE:function or FILE.py:function, got {spec!r}")
+    mod_name, fn_name = split_spec(spec, what)
     name = mod_name
     try:
         if mod_name.endswith(".py"):
             path = Path(mod_name)
-            if not path.is_file():
-                raise InputError(f"{what}: no such file {mod_name}")
             name = f"torchhpc_user_{re.sub(r'[^0-9A-Za-z_]', '_', path.stem)}"
             mspec = importlib.util.spec_from_file_location(name, path)
             if mspec is None or mspec.loader is None:
@@ -190,4 +204,4 @@ def load_function(spec: str, what: str) -> UserFunction:
     return UserFunction(fn, spec, what)
 
 
-__all__ = ["UserFunction", "describe_exception", "load_function", "user_frame"]
+__all__ = ["UserFunction", "describe_exception", "load_function", "split_spec", "user_frame"]

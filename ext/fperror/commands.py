@@ -67,9 +67,10 @@ def run_trace(opts: TraceOptions) -> int:
     result that is not tensors are each one :class:`~torchhpc.ext.core.errors.InputError` line naming
     the function.
     """
-    import torch
+    from torchhpc.ext.core.usercode import load_function, split_spec
 
-    from torchhpc.ext.core.usercode import load_function
+    split_spec(opts.target, "target")  # a mistyped FILE.py fails before torch loads
+    import torch
 
     from .ops import bound
 

@@ -22,6 +22,9 @@ def find_command(opts: FindOptions) -> int:
             :func:`torchhpc.ext.core.usercode.load_function`: one line naming ``--model`` and the cause),
             does not run, or gives a reference that is not finite.
     """
+    from torchhpc.ext.core.usercode import split_spec
+
+    split_spec(opts.model, "--model")  # a mistyped FILE.py fails before torch loads
     from .search import find
     from .target import build_target
 

@@ -153,7 +153,10 @@ def test_missing_input_files_fail_before_torch_loads(tmp_path):
     import subprocess
     import sys
 
-    cases = _input_file_cases()
+    # and the FILE.py of a FILE.py:function (what the two commands that run your code take)
+    cases = [*_input_file_cases(), ("pliner find", ["pliner", "find", "--model", "{missing}.py:build"], "--model"),
+             ("fperror trace", ["fperror", "trace", "{missing}.py:f", "--ranges", "x=0:1"], "target")]
+    cases.sort(key=lambda c: c[0] == "foresight run")
     names = {c[0] for c in cases}
     assert {"align", "ccsdt", "fperror analyze", "foresight compress", "foresight decompress", "foresight run",
             "kraken bench", "sched heuristics", "sched eval", "sched train", "symnmf run"} <= names, names
@@ -172,5 +175,5 @@ def test_missing_input_files_fail_before_torch_loads(tmp_path):
     for (command, argv, name), (rc, err, torch_loaded) in zip(cases, report, strict=True):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert rc == 1 and len(lines) == 1, (command, argv, rc, err[-1000:])
-        assert f"{name} {tmp_path / 'nope.dat'}: no such file" in lines[0], (command, lines[0])
+        assert f"{name} {tmp_path / 'nope.dat'}" in lines[0] and ": no such file" in lines[0], (command, lines[0])
         assert not torch_loaded or command == "foresight run", f"{command} {name}: torch loaded before the check"
