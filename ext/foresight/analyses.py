@@ -20,6 +20,13 @@ import torch
 
 from torchhpc.ext.core.errors import InputError
 
+
+def _tensor(x) -> torch.Tensor:
+    """An analysis's array argument as a tensor: a NumPy array (or anything ``torch.as_tensor`` takes) too,
+    as ``compress`` takes one."""
+    return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+
+
 # ----------------------------------------------------------------------------- power spectrum
 
 
@@ -64,6 +71,7 @@ def power_spectrum(field: torch.Tensor, box: float = 1.0, overdensity: bool = Fa
     Raises:
         InputError: not a 3D field.
     """
+    field = _tensor(field)
     if field.dim() != 3:
         raise InputError(f"power_spectrum needs a 3D field, got shape {tuple(field.shape)}")
     f = field.to(torch.float64)
@@ -185,6 +193,7 @@ def fof_halos(pos: torch.Tensor, box: float, linking_length: float = 0.2, min_me
     Raises:
         InputError: positions not ``(N, 3)``.
     """
+    pos = _tensor(pos)
     if pos.dim() != 2 or pos.shape[1] != 3:
         raise InputError(f"fof_halos needs (N, 3) positions, got {tuple(pos.shape)}")
     pos = pos.to(torch.float64) % box
@@ -200,7 +209,7 @@ def fof_halos(pos: torch.Tensor, box: float, linking_length: float = 0.2, min_me
 def halo_mass_function(sizes: torch.Tensor, particle_mass: float = 1.0, bins: torch.Tensor | None = None,
                        n_bins: int = 8) -> dict[str, torch.Tensor]:
     """Halo counts per logarithmic mass bin: ``{"edges": (B + 1,), "counts": (B,), "mass": (B,) centres}``."""
-    mass = sizes.to(torch.float64) * particle_mass
+    mass = _tensor(sizes).to(torch.float64) * particle_mass
     if bins is None:
         lo = float(mass.min()) if mass.numel() else particle_mass
         hi = float(mass.max()) if mass.numel() else particle_mass * 10
@@ -238,6 +247,7 @@ def energy_spectrum(u: torch.Tensor, box: float = 1.0) -> dict[str, torch.Tensor
     Returns:
         ``{"k": (M,), "ek": (M,), "modes": (M,)}``.
     """
+    u = _tensor(u)
     if u.dim() != 4 or u.shape[0] != 3:
         raise InputError(f"energy_spectrum needs a (3, n, n, n) velocity, got {tuple(u.shape)}")
     shape = tuple(u.shape[1:])
@@ -257,13 +267,14 @@ def energy_spectrum(u: torch.Tensor, box: float = 1.0) -> dict[str, torch.Tensor
 def velocity_gradients(u: torch.Tensor, box: float = 1.0) -> torch.Tensor:
     """The longitudinal gradients ``(du/dx, dv/dy, dw/dz)`` by second-order central differences
     (periodic): ``(3, n, n, n)``."""
+    u = _tensor(u)
     h = box / u.shape[1]
     return torch.stack([(torch.roll(u[c], -1, c) - torch.roll(u[c], 1, c)) / (2 * h) for c in range(3)])
 
 
 def velocity_gradient_stats(u: torch.Tensor, box: float = 1.0, bins: int = 61, span: float = 8.0) -> dict:
     """PDF of the longitudinal velocity gradient (normalised by its r.m.s.), its skewness and flatness."""
-    g = velocity_gradients(u.to(torch.float64), box).reshape(-1)
+    g = velocity_gradients(_tensor(u).to(torch.float64), box).reshape(-1)
     g = g - g.mean()
     s = g.std()
     z = g / s

@@ -174,7 +174,7 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> int:
                 log = "" if cfg.stream.source == "synthetic" else \
                     f", read by the {criteo_reader(cfg.stream.path, cfg.stream.reader)} reader"
                 print(f"{run.dir}: {trainer.step} batches ({resolve_backend('auto', device)} kernels{log}), window AUC "
-                      f"{pv['auc']:.4f}, log-loss {pv['logloss']:.4f}, tables {mem['all']['total'] / 2**20:.2f} MB, "
+                      f"{pv['auc']:.4f}, log-loss {pv['logloss']:.4f}, tables {mem['all']['total'] / 2**20:.2f} MiB, "
                       f"{summary['seconds']} s")
         return 0
 
@@ -318,7 +318,7 @@ def bench(options: BenchOptions, variants: Sequence[str] | None = None) -> int:
     def show(r: dict) -> None:
         if verbose:
             print(f"{r['variant']:11s} AUC {r['auc']:.4f} (last 10%: {r['auc_last']:.4f})  log-loss {r['logloss']:.4f}  "
-                  f"peak {r['peak_bytes'] / 2**20:7.2f} MB  {r['samples_per_s']:8.0f} samples/s", flush=True)
+                  f"peak {r['peak_bytes'] / 2**20:7.2f} MiB  {r['samples_per_s']:8.0f} samples/s", flush=True)
 
     summary = comparison.run(on_result=show)
     results, bayes = summary["results"], summary["bayes_auc"]
@@ -337,10 +337,10 @@ def bench(options: BenchOptions, variants: Sequence[str] | None = None) -> int:
             rows.append({"name": "kraken_vs_ebc_full", **summary["kraken_vs_full"]})
         name = "stream" if o.stream == "synthetic" else "criteo"
         path = write_results("kraken", name, rows, out=o.out, params=comparison.params, quiet=not verbose)
-        bar_plot(path.with_suffix(".png"), [f"{r['variant']}\n{r['peak_bytes'] / 2**20:.1f} MB" for r in results],
+        bar_plot(path.with_suffix(".png"), [f"{r['variant']}\n{r['peak_bytes'] / 2**20:.1f} MiB" for r in results],
                  {"AUC, 2nd half": [r["auc"] for r in results], "AUC, last 10%": [r["auc_last"] for r in results]},
                  ylabel="progressive AUC", highlight="AUC, 2nd half",
-                 title="same stream, same DLRM; peak embedding MB under each" +
+                 title="same stream, same DLRM; peak embedding MiB under each" +
                        (f" (Bayes AUC {bayes:.3f})" if bayes is not None else f" ({Path(o.path).name})"))
     if o.json:
         print(json.dumps(summary))

@@ -20,6 +20,7 @@ a repeated set is served from its cache and not counted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import time
 import warnings
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from torchhpc.ext.core.errors import InputError, TorchHPCError
+from torchhpc.ext.core.errors import ConfigError, InputError, TorchHPCError
 from torchhpc.ext.core.usercode import describe_exception
 
 from .config import Precision, SearchOptions, parse_precision
@@ -225,8 +226,8 @@ def _check_repeatable(model, inputs, cfg: Precision, ref_out, tol: float, metric
 
 def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: str | Precision = "fp32",
          problem: str | Precision = "autocast-bf16", options: SearchOptions | None = None,
-         metric: Callable | None = None, progress: Callable[[str], None] | None = None,
-         program=None) -> FindResult:
+         metric: Callable | str | None = None, progress: Callable[[str], None] | None = None,
+         program=None, **search_options) -> FindResult:
     """Find the smallest set of regions whose float64 enhancement makes ``problem`` agree with ``reference``.
 
     Args:
@@ -234,16 +235,28 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
         inputs: a tensor or a tuple of positional inputs.
         reference, problem: configurations (:class:`Precision` or preset strings such as ``"tf32"``).
         options: tolerance, metric, search and levels (:class:`SearchOptions`).
-        metric: a callable ``(ref_outputs, outputs) -> float`` replacing ``options.metric``.
+        metric: a callable ``(ref_outputs, outputs) -> float`` replacing ``options.metric``, or the name of
+            one of :class:`SearchOptions`' metrics.
+        search_options: fields of :class:`SearchOptions` over ``options`` (``tol=1e-2``, ``search="ddmin"``),
+            checked as the command line checks them.
         progress: called with one line per search level.
         program: a prepared program (e.g. the benchmark's), else built here.
 
     Raises:
         InputError: the model fails in a configuration, the reference's outputs are not finite, or the
             outputs differ in number or shape.
-        ConfigError: a configuration asks for CUDA where there is none, or a bad preset.
+        ConfigError: a configuration asks for CUDA where there is none, a bad preset, or a search option
+            that :class:`SearchOptions` does not have or refuses.
     """
     opts = options or SearchOptions()
+    if isinstance(metric, str):
+        search_options["metric"], metric = metric, None
+    if search_options:
+        known = {f.name for f in dataclasses.fields(SearchOptions)}
+        unknown = sorted(set(search_options) - known)
+        if unknown:
+            raise ConfigError(f"find(): unknown search option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        opts = dataclasses.replace(opts, **search_options)  # range-checked again (SearchOptions.__post_init__)
     ref_cfg, prob_cfg = parse_precision(reference, "reference"), parse_precision(problem, "problem")
     check_device(ref_cfg)
     check_device(prob_cfg)

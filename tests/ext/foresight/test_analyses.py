@@ -133,3 +133,20 @@ def test_fof_recovers_the_halo_model_mass_function():
     assert (res["sizes"][:10] - planted[:10]).abs().max() <= 2
     n_planted = int((planted >= 10).sum())
     assert 0.85 * n_planted <= res["sizes"].numel() <= n_planted
+
+
+def test_analyses_take_numpy_arrays_as_compress_does():
+    """A NumPy field, particle set or velocity gives what its tensor gives (the README's snippet passes the
+    array it compressed)."""
+    from torchhpc.ext.foresight.analyses import halo_mass_function
+
+    field = gaussian_random_field(16, lambda k: (k / 4.0) ** -3.0, seed=1)
+    a, b = power_spectrum(field.numpy()), power_spectrum(field)
+    assert all(torch.equal(a[k], b[k]) for k in b)
+    pos, _ = clustered_particles(8, 20, 100, seed=2)
+    h1, h2 = fof_halos(pos.numpy(), 1.0, min_members=3), fof_halos(pos, 1.0, min_members=3)
+    assert torch.equal(h1["sizes"], h2["sizes"]) and torch.equal(h1["labels"], h2["labels"])
+    assert torch.equal(halo_mass_function(h2["sizes"].numpy())["counts"], halo_mass_function(h2["sizes"])["counts"])
+    u = kolmogorov_velocity(8, seed=3)
+    assert torch.equal(energy_spectrum(u.numpy())["ek"], energy_spectrum(u)["ek"])
+    assert velocity_gradient_stats(u.numpy())["flatness"] == velocity_gradient_stats(u)["flatness"]

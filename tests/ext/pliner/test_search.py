@@ -46,6 +46,22 @@ def test_tf32_cancellation_culprit_is_the_smallest_fixing_set():
     assert res.runs <= 2 * math.log2(res.n_candidates) + 2 + len(res.atoms)
 
 
+def test_search_options_as_keywords_are_the_options():
+    """``find(..., tol=..., metric="max_abs")`` runs the search ``options=SearchOptions(...)`` runs; an unknown key or a
+    value out of range is one ConfigError."""
+    from torchhpc.ext.core.errors import ConfigError
+
+    model, inputs = cancelling_mlp()
+    by_keywords = find(model, inputs, problem="tf32", tol=1e-3, metric="max_abs", search="ddmin")
+    by_options = find(model, inputs, problem="tf32", options=SearchOptions(tol=1e-3, metric="max_abs", search="ddmin"))
+    assert by_keywords.status == by_options.status == "found" and by_keywords.metric == "max_abs"
+    assert by_keywords.atoms == by_options.atoms and by_keywords.tol == 1e-3
+    with pytest.raises(ConfigError, match="unknown search option.*tolerance"):
+        find(model, inputs, tolerance=1e-3)
+    with pytest.raises(ConfigError, match="tol.*out of range"):
+        find(model, inputs, tol=-1.0)
+
+
 def test_transformer_bf16_drift_is_the_rotary_angles_and_recipe_repairs_it():
     """bf16 autocast drift of the RoPE transformer: the rotary-angle ops; the line recipe brings it under tol."""
     model, inputs = tiny_transformer()
