@@ -22,7 +22,7 @@ from torchhpc.ext.foresight.config import CompressOptions, DecompressOptions, Sw
 
 
 def _add_commands(s) -> None:
-    config_command(s, "run", SweepConfig, commands.run, config_file=True,
+    config_command(s, "run", SweepConfig, commands.run, config_file=True, files_first=True,  # (its config loads torch)
                    help="sweep compressors x settings x fields; write a Cinema database, a table and an HTML page")
     config_command(s, "compress", CompressOptions, commands.compress,
                    help="compress one array with one setting; print ratio, max error and throughput")

@@ -306,24 +306,32 @@ def options_from_args(cls: type, args: argparse.Namespace) -> Any:
         raise
 
 
-def check_input_files(cfg: Any) -> None:
-    """Every ``option(input_file=True)`` of the options ``cfg`` that is set must be a readable file: the
-    command line checks them once the options are built (their own checks first: "add --stream criteo"
-    says more than "no such file"), before the command runs, so that a mistyped path costs a tenth of a
-    second rather than torch's and the kernels' start-up.  One line names the option as typed.
+def check_input_files(cfg: Any = None, *, cls: type | None = None, args: argparse.Namespace | None = None) -> None:
+    """Every ``option(input_file=True)`` that is set must be a readable file: those of the built options
+    ``cfg`` (the command line checks them once the options are built, their own checks first: "add
+    --stream criteo" says more than "no such file"), or, with ``cls`` and ``args``, those typed as flags,
+    before anything is built (for options whose own checks load torch: ``config_command(files_first=True)``).
+    Either way before the command runs, so that a mistyped path costs a tenth of a second rather than
+    torch's and the kernels' start-up.  One line names the option as typed.
 
     Raises:
         InputError: a missing, unreadable or folder path (:func:`~torchhpc.ext.core.paths.check_input`).
     """
     from .paths import check_input
 
-    for key, f, _, _ in _leaf_fields(type(cfg)):
-        if not f.metadata.get("input_file"):
-            continue
-        value = cfg
-        for part in key.split("."):
-            value = getattr(value, part)
+    files = {key: f for key, f, _, _ in _leaf_fields(cls or type(cfg)) if f.metadata.get("input_file")}
+    if cfg is None:
+        given = [(".".join(parts), value) for _, parts, value in flag_overrides(cls, args) if ".".join(parts) in files]
+    else:
+        given = []
+        for key in files:
+            value = cfg
+            for part in key.split("."):
+                value = getattr(value, part)
+            given.append((key, value))
+    for key, value in given:
         if value is not None:
+            f = files[key]
             check_input(value, what=key.rsplit(".", 1)[-1] if f.metadata.get("positional") else option_flag(key, f))
 
 
@@ -422,19 +430,24 @@ def module_main(
 def config_command(
     sub: Any, name: str, cls: type, fn: Callable[[Any], Any], *, help: str, description: str | None = None,
     config_file: bool = False, default_config: str | None = None, unused: Sequence[str] = (), unused_why: str = "",
+    files_first: bool = False,
 ) -> argparse.ArgumentParser:
     """Add subcommand ``name`` whose every option comes from ``cls``; it calls ``fn(config)``.
 
     ``fn`` receives the built dataclass; its return value (an int, or ``None`` for 0) is the exit status.
     ``unused``: dotted keys of ``cls`` this command accepts (``cls`` is shared with another command, and a
     saved config holds them) but does not use; given on the command line (a flag or ``--set``) they are
-    named in one warning line, with ``unused_why``.
+    named in one warning line, with ``unused_why``.  The files the options name (``option(input_file=True)``)
+    are checked before ``fn`` runs (:func:`check_input_files`); ``files_first``: those given as flags even
+    before the options are built (for a ``cls`` whose own checks load torch).
     """
     p = sub.add_parser(name, help=help, description=description or help,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_options(p, cls, config_file=config_file, default_config=default_config)
 
     def run(args: argparse.Namespace) -> Any:
+        if files_first:
+            check_input_files(cls=cls, args=args)
         cfg = options_from_args(cls, args)
         check_input_files(cfg)
         given = unused_given(cls, args, unused)

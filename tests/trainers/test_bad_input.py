@@ -139,15 +139,15 @@ def _input_file_cases():
             # needs a basis
             extra = {"--path": ["--stream", "criteo"], "--xyz": ["--basis", "sto-3g"]}.get(name, [])
             cases.append((" ".join(path), argv + extra, name))
-    # foresight run's config checks every compressor setting with the compressors themselves (torch): last
-    return sorted(cases, key=lambda c: c[0] == "foresight run")
+    return cases
 
 
 def test_missing_input_files_fail_before_torch_loads(tmp_path):
     """Every option that names a file to read (``option(input_file=True)``), given a path that does not
     exist: one line naming the option and the path, exit 1, and torch never imported (the check comes
     before the command and its imports: a typo costs a tenth of a second, not the start-up's seconds;
-    only ``foresight run``'s config loads torch, as it checks each compressor setting with the compressor).
+    ``foresight run``'s config loads torch, as it checks each compressor setting with the compressor: its
+    flags are checked before the config is built).
     Fails when an option is checked by its command only (torch loaded first) or not at all."""
     import json
     import subprocess
@@ -156,7 +156,6 @@ def test_missing_input_files_fail_before_torch_loads(tmp_path):
     # and the FILE.py of a FILE.py:function (what the two commands that run your code take)
     cases = [*_input_file_cases(), ("pliner find", ["pliner", "find", "--model", "{missing}.py:build"], "--model"),
              ("fperror trace", ["fperror", "trace", "{missing}.py:f", "--ranges", "x=0:1"], "target")]
-    cases.sort(key=lambda c: c[0] == "foresight run")
     names = {c[0] for c in cases}
     assert {"align", "ccsdt", "fperror analyze", "foresight compress", "foresight decompress", "foresight run",
             "kraken bench", "sched heuristics", "sched eval", "sched train", "symnmf run"} <= names, names
@@ -176,4 +175,4 @@ def test_missing_input_files_fail_before_torch_loads(tmp_path):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert rc == 1 and len(lines) == 1, (command, argv, rc, err[-1000:])
         assert f"{name} {tmp_path / 'nope.dat'}" in lines[0] and ": no such file" in lines[0], (command, lines[0])
-        assert not torch_loaded or command == "foresight run", f"{command} {name}: torch loaded before the check"
+        assert not torch_loaded, f"{command} {name}: torch loaded before the check"
