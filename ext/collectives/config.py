@@ -139,7 +139,7 @@ class ModelOptions(Options):
                                       f"{INTRA_GBPS:g}, or the calibration's)", gt=0)
     rank_gbps: float = option(3.0, help="injection bandwidth one rank reaches alone, GB/s", gt=0)
     node_gbps: float = option(12.5, help="injection bandwidth of one node (its NIC), GB/s", gt=0)
-    calibration: str | None = option(None, help="results JSON of benchmarks/collectives.py: take the calibrated "
+    calibration: str | None = option(None, input_file=True, help="results JSON of benchmarks/collectives.py: take the calibrated "
                                      "latency and intra-node bandwidth from it instead of --alpha-us and --intra-gbps")
     json: bool = option(False, help="print one JSON line instead of a table")
     max_minutes: float = option(10.0, help="refuse, before building anything, a machine and graph whose estimated "

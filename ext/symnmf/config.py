@@ -60,7 +60,7 @@ class GraphOptions(Options):
                                   help="feature matrix (.npy/.csv/.txt) turned into a symmetrised kNN graph")
     dataset: str | None = option(None, help="built-in input: digits (sklearn, 10-NN graph) | sbm (stochastic "
                                  "block model with sbm_* options)", choices=["digits", "sbm"], flag="--dataset")
-    labels: str | None = option(None, help="ground truth: one integer per line, or 'node label' pairs",
+    labels: str | None = option(None, input_file=True, help="ground truth: one integer per line, or 'node label' pairs",
                                 flag="--labels")
     label_attribute: str = option("value", help="GML node attribute holding the ground truth (if present)")
     n_neighbors: int = option(10, help="kNN graph: neighbours per point (the point itself included)", ge=1)

@@ -136,8 +136,9 @@ def _input_file_cases():
                 argv += [value] if f2.metadata.get("positional") else [option_flag(k2, f2), value]
             name = key.rsplit(".", 1)[-1] if f.metadata.get("positional") else option_flag(key, f)
             # what those options need beside them: kraken bench reads --path with --stream criteo only, --xyz
-            # needs a basis
-            extra = {"--path": ["--stream", "criteo"], "--xyz": ["--basis", "sto-3g"]}.get(name, [])
+            # needs a basis, --labels a graph
+            extra = {"--path": ["--stream", "criteo"], "--xyz": ["--basis", "sto-3g"],
+                     "--labels": ["--graph", "{existing}"]}.get(name, [])
             cases.append((" ".join(path), argv + extra, name))
     return cases
 
