@@ -40,7 +40,26 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (``torchhpc X: error: ... (see --help)``), exit 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        renamed = self._renamed_flags(message)
+        if renamed:
+            message = f"{message}: {renamed}"
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _renamed_flags(self, message: str) -> str:
+        """For an unrecognized flag that is the flag of a key the options renamed (``cls.RENAMED``), what it
+        is called now (``--dist-timeout is now --timeout-s``); files and ``--set`` take the old key with a
+        warning, a flag cannot."""
+        cls = self.get_default(OPTIONS_ATTR)
+        if not message.startswith("unrecognized arguments:") or cls is None:
+            return ""
+        given = {tok.split("=", 1)[0] for tok in message.split(":", 1)[1].split()}
+        leaves = {key: f for key, f, _, _ in _leaf_fields(cls)}
+        out = []
+        for old, new in getattr(cls, "RENAMED", {}).items():
+            old_flag = "--" + old.replace("_", "-")
+            if old_flag in given and new in leaves:
+                out.append(f"{old_flag} is now {option_flag(new, leaves[new])}")
+        return "; ".join(out)
 
 
 # ----------------------------------------------------------------------------- flags from dataclasses

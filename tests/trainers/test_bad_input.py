@@ -177,3 +177,30 @@ def test_missing_input_files_fail_before_torch_loads(tmp_path):
         assert rc == 1 and len(lines) == 1, (command, argv, rc, err[-1000:])
         assert f"{name} {tmp_path / 'nope.dat'}" in lines[0] and ": no such file" in lines[0], (command, lines[0])
         assert not torch_loaded, f"{command} {name}: torch loaded before the check"
+
+
+def _renamed_flag_cases():
+    """(command, old flag, new flag) for every key a command's options renamed whose old flag is gone."""
+    cases = []
+    for path, parser in COMMANDS:
+        cls = parser.get_default(OPTIONS_ATTR)
+        leaves = {key: f for key, f, _, _ in _leaf_fields(cls)}
+        flags = {s for a in parser._actions for s in a.option_strings}
+        for old, new in getattr(cls, "RENAMED", {}).items():
+            old_flag = "--" + old.replace("_", "-")
+            if new in leaves and not any(f.startswith(old_flag) for f in flags):  # (a prefix is an abbreviation)
+                cases.append((path, old_flag, option_flag(new, leaves[new])))
+    return cases
+
+
+def test_a_renamed_flag_says_its_new_name(capsys):
+    """A flag of a renamed key (``--dist-timeout``, now ``--timeout-s``) is a usage error that names the new
+    flag (files and ``--set`` still take the old key with a warning; argparse alone said "unrecognized")."""
+    cases = _renamed_flag_cases()
+    assert any(old == "--dist-timeout" for _, old, _ in cases), cases
+    for path, old, new in cases:
+        cls = next(p.get_default(OPTIONS_ATTR) for pp, p in COMMANDS if pp == path)
+        rc = _main([*path, *_required_positionals(cls), old, "1"])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1, (path, err)
+        assert f"{old} is now {new}" in err, (path, err)
