@@ -174,7 +174,8 @@ def test_prior_column_ranks_the_jobs_as_the_heuristic_does():
 
 def test_context_columns_give_start_delay_free_processors_and_queue_length():
     """context=True: columns 8-10 against a by-hand release of the running jobs; the prior's rank stays last."""
-    env = BatchSchedulingEnv(trace=TRACE, sequence_length=300, time_scale="linear", prior="f1", context=True)
+    env = gym.make("torchhpc/BatchScheduling-v0", trace=TRACE, sequence_length=300, time_scale="linear", prior="f1",
+                   context=True).unwrapped  # (made by its id: the checker also tests the render modes of a spec)
     check_env(env)
     assert env.observation_space["queue"].shape == (128, 12)
     obs, _ = env.reset(seed=0, options={"start": 400})
