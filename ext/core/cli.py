@@ -349,7 +349,7 @@ def check_input_files(cfg: Any = None, *, cls: type | None = None, args: argpars
                 value = getattr(value, part)
             given.append((key, value))
     for key, value in given:
-        if value is not None:
+        if value is not None and value != "":  # ("" is "not given" to the commands, as None is)
             f = files[key]
             check_input(value, what=key.rsplit(".", 1)[-1] if f.metadata.get("positional") else option_flag(key, f))
 
@@ -528,7 +528,8 @@ def job_main(prog: str, cls: type, fn: Callable[[Any], Any], description: str | 
     """The whole ``main()`` of a ``python -m`` / ``torchrun -m`` entry: flags from ``cls``, then ``fn(config)``."""
     def run(args: argparse.Namespace) -> Any:
         cfg = options_from_args(cls, args)
-        check_input_files(cfg)
+        if os.environ.get("RANK", "0") == "0":  # rank 0 (the launcher checked already): some jobs read on it only
+            check_input_files(cfg)
         return fn(cfg)
 
     return module_main(lambda: job_parser(prog, cls, description, config_file=config_file), run, argv)

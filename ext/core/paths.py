@@ -28,7 +28,7 @@ from .errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 NPY_MAGIC = b"\x93NUMPY"
-ZIP_MAGIC = b"PK\x03\x04"  # an .npz is a zip archive
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")  # an .npz is a zip archive (the second: with no arrays)
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -133,7 +133,7 @@ def _load_numpy(path: str | os.PathLike, what: str):
     p = check_input(path, what=what)
     with open(p, "rb") as fh:
         head = fh.read(len(NPY_MAGIC))
-    if head and not head.startswith((NPY_MAGIC, ZIP_MAGIC[:len(head)])):  # (np.load would try it as a pickle)
+    if head and not head.startswith((NPY_MAGIC, *(m[:len(head)] for m in ZIP_MAGICS))):  # (np.load would try it as a pickle)
         raise InputError(f"{what} {p}: not a NumPy .npy/.npz file (it does not start with NumPy's header; a text "
                          "or other file under that name?)")
     try:

@@ -210,6 +210,8 @@ def halo_mass_function(sizes: torch.Tensor, particle_mass: float = 1.0, bins: to
                        n_bins: int = 8) -> dict[str, torch.Tensor]:
     """Halo counts per logarithmic mass bin: ``{"edges": (B + 1,), "counts": (B,), "mass": (B,) centres}``."""
     mass = _tensor(sizes).to(torch.float64) * particle_mass
+    if bins is not None:
+        bins = _tensor(bins).to(torch.float64)
     if bins is None:
         lo = float(mass.min()) if mass.numel() else particle_mass
         hi = float(mass.max()) if mass.numel() else particle_mass * 10

@@ -252,11 +252,15 @@ def find(model: torch.nn.Module, inputs: Sequence | torch.Tensor, *, reference: 
     if isinstance(metric, str):
         search_options["metric"], metric = metric, None
     if search_options:
+        from torchhpc.ext.core.config import load_config
+
         known = {f.name for f in dataclasses.fields(SearchOptions)}
         unknown = sorted(set(search_options) - known)
         if unknown:
             raise ConfigError(f"find(): unknown search option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        opts = dataclasses.replace(opts, **search_options)  # range-checked again (SearchOptions.__post_init__)
+        # over ``options``, typed and range-checked as the command line's values are
+        values = {**dataclasses.asdict(opts), **search_options}
+        opts = load_config(SearchOptions, None, [("find()", [k], v) for k, v in values.items()])
     ref_cfg, prob_cfg = parse_precision(reference, "reference"), parse_precision(problem, "problem")
     check_device(ref_cfg)
     check_device(prob_cfg)

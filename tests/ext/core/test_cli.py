@@ -219,3 +219,34 @@ def test_a_section_set_whole_with_an_unknown_key_is_named():
         with pytest.raises(ConfigError, match=r"unknown key 'optim\.(bogus|kind:sgd)' \(valid keys here: kind, lr\)"):
             load_config(Job, None, ["target=x", text])
     assert load_config(Job, None, ["target=x", "optim={kind: sgd}"]).optim.kind == "sgd"
+
+
+@dataclass
+class Reads:
+    """A job that reads files."""
+
+    data: str = option(help="input file", positional=True, input_file=True)
+    labels: str | None = option(None, help="labels file", input_file=True)
+    note: str | None = option(None, help="not a file")
+
+
+def test_input_files_are_checked_set_ones_only_and_on_rank_zero(tmp_path, monkeypatch):
+    """``option(input_file=True)``: a missing file is one InputError naming the option; ``None`` and ``""`` are
+    "not given"; under torchrun only rank 0 checks (the launcher did already; some jobs read on rank 0 only)."""
+    from torchhpc.ext.core.cli import check_input_files, job_main
+    from torchhpc.ext.core.errors import InputError
+
+    data = tmp_path / "d.txt"
+    data.write_text("x")
+    check_input_files(Reads(str(data)))
+    check_input_files(Reads(str(data), labels=""))
+    with pytest.raises(InputError, match=r"--labels .*nope.txt: no such file$"):
+        check_input_files(Reads(str(data), labels=str(tmp_path / "nope.txt"), note="nope"))
+    with pytest.raises(InputError, match=r"^data .*nope.txt: no such file$"):
+        check_input_files(Reads(str(tmp_path / "nope.txt")))
+    ran = []
+    argv = [str(tmp_path / "nope.txt")]
+    monkeypatch.delenv("RANK", raising=False)
+    assert job_main("job", Reads, ran.append, argv=argv) == 1 and not ran
+    monkeypatch.setenv("RANK", "1")
+    assert job_main("job", Reads, ran.append, argv=argv) == 0 and ran[0].data == argv[0]

@@ -69,6 +69,9 @@ def test_load_numpy_says_what_a_file_is_not(tmp_path, monkeypatch):
         load_numpy(objects)
     np.save(tmp_path / "ok.npy", np.arange(3))
     np.savez(tmp_path / "ok.npz", a=np.arange(2))
+    np.savez(tmp_path / "none.npz")  # an archive of no arrays is NumPy's too
+    with load_numpy(tmp_path / "none.npz") as z:
+        assert z.files == []
     assert load_numpy(tmp_path / "ok.npy").tolist() == [0, 1, 2]
     with load_numpy(tmp_path / "ok.npz") as z:
         assert z["a"].tolist() == [0, 1]

@@ -147,6 +147,9 @@ def test_analyses_take_numpy_arrays_as_compress_does():
     h1, h2 = fof_halos(pos.numpy(), 1.0, min_members=3), fof_halos(pos, 1.0, min_members=3)
     assert torch.equal(h1["sizes"], h2["sizes"]) and torch.equal(h1["labels"], h2["labels"])
     assert torch.equal(halo_mass_function(h2["sizes"].numpy())["counts"], halo_mass_function(h2["sizes"])["counts"])
+    edges = np.logspace(0.4, 2.2, 6)
+    assert torch.equal(halo_mass_function(h2["sizes"], bins=edges)["counts"],
+                       halo_mass_function(h2["sizes"], bins=torch.from_numpy(edges))["counts"])
     u = kolmogorov_velocity(8, seed=3)
     assert torch.equal(energy_spectrum(u.numpy())["ek"], energy_spectrum(u)["ek"])
     assert velocity_gradient_stats(u.numpy())["flatness"] == velocity_gradient_stats(u)["flatness"]

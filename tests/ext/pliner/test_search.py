@@ -60,6 +60,9 @@ def test_search_options_as_keywords_are_the_options():
         find(model, inputs, tolerance=1e-3)
     with pytest.raises(ConfigError, match="tol.*out of range"):
         find(model, inputs, tol=-1.0)
+    for wrong in ({"check_minimal": "no"}, {"max_runs": 10.5}, {"levels": ["module", "line"]}):  # typed as the CLI
+        with pytest.raises(ConfigError, match=f"find\\(\\): key '{next(iter(wrong))}' must be"):
+            find(model, inputs, **wrong)
 
 
 def test_transformer_bf16_drift_is_the_rotary_angles_and_recipe_repairs_it():
