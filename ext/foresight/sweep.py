@@ -20,6 +20,7 @@ import torch
 from torchhpc.ext.core.device import pick_device
 from torchhpc.ext.core.distributed import DistContext
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.paths import check_input
 
 from . import analyses as an
 from .compressors import Compressed, get_compressor
@@ -73,9 +74,7 @@ def load_input(cfg: SweepConfig) -> tuple[dict[str, torch.Tensor], float | None]
                                  f"(fields: {', '.join(fields)})")
             fields = {f: fields[f] for f in inp.fields}
         return fields, box
-    if not Path(inp.path).exists():
-        where = "" if Path(inp.path).is_absolute() else f" (a relative path is read from the current directory, {Path.cwd()})"
-        raise InputError(f"input.path: {inp.path} does not exist{where}")
+    check_input(inp.path, what="input.path")
     fields = load_fields(inp.path, inp.format, inp.fields, inp.dims, inp.dtype)
     if inp.fields is None:
         floats = {k: v for k, v in fields.items() if v.is_floating_point()}
