@@ -208,6 +208,32 @@ def test_sched_batched_simulator_per_decision_step(mode, budget):
     GPU_BUDGETS[budget].check(work, steps, f"sched batched simulator ({mode})")
 
 
+@pytest.mark.parametrize("mode", ["none", "rlscheduler", "easy"])
+def test_sched_batched_simulator_triton_per_decision(mode):
+    """The batched simulator's Triton path (what CUDA runs by default) over 4 windows: one check and one
+    windows kernel per decision and one host sync (the flags), whatever the backfilling."""
+    from torchhpc.ext.core.data import shared_data_dir
+    from torchhpc.ext.core.hostsync import HostWork
+    from torchhpc.ext.sched.batched import GPU_BUDGETS, BatchedClusterSimulator
+    from torchhpc.ext.sched.swf import read_swf
+
+    trace = read_swf(shared_data_dir() / "swf" / "lublin_256.swf").for_scheduling()
+    sim = BatchedClusterSimulator(trace, mode, backend="triton")
+    sim.reset([300, 1981, 4000, 5500], 24)
+    g = torch.Generator().manual_seed(0)
+    total, steps = HostWork(), 0
+    while not bool(sim.done.all()):
+        jobs = sim.random_valid(g)
+        with count_host_work() as work:
+            sim.schedule(jobs)
+        total.sync_ops += work.sync_ops
+        total.launch_ops += work.launch_ops
+        steps += 1
+    assert steps >= 16
+    GPU_BUDGETS["schedule_triton"].check(total, steps, f"sched batched simulator, Triton ({mode})")
+    assert total.launch_ops["triton:_schedule_windows_kernel"] == total.launch_ops["triton:_check_jobs_kernel"] == steps
+
+
 def test_segalign_gapped_sweep_per_launch():
     """The gapped stage's GPU sweep: one kernel launch and four copies back per window of anchors, with walls
     stacked into overflow rows or none."""

@@ -4,7 +4,7 @@ The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filt
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
 codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
 either device to the same values; nvCOMP's frames decode on the host)
-and sched's batched simulator (the torch path on CUDA makes the compiled CPU path's decisions).
+and sched's batched simulator (its Triton and torch paths on CUDA make the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
 
@@ -74,15 +74,17 @@ def test_foresight_nvcomp_frames_decode_on_the_host_to_the_host_stages_values():
     assert torch.equal(comp.decompress(one, "cuda").cpu(), comp.decompress(device[0], "cpu"))
 
 
-@pytest.mark.parametrize("backfill", ["none", "easy"])
-def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill):
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@pytest.mark.parametrize("backfill", ["none", "rlscheduler", "easy"])
+def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill, backend):
     from torchhpc.ext.sched.batched import BatchedClusterSimulator
     from torchhpc.ext.sched.lublin import generate_lublin
 
     trace = generate_lublin(600, seed=2).for_scheduling()
     starts, length = [0, 40, 90, 160, 333], 128
     cpu = BatchedClusterSimulator(trace, backfill)
-    gpu = BatchedClusterSimulator(trace, backfill, device="cuda", backend="torch")
+    gpu = BatchedClusterSimulator(trace, backfill, device="cuda", backend=backend)
+    assert BatchedClusterSimulator(trace, backfill, device="cuda").backend == "triton"  # the default on CUDA
     cpu.reset(starts, length)
     gpu.reset(starts, length)
     gen = torch.Generator().manual_seed(5)
@@ -92,5 +94,6 @@ def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill):
         gpu.schedule(jobs.cuda())
         assert torch.equal(cpu.start_time, gpu.start_time.cpu())
         assert torch.equal(cpu.done, gpu.done.cpu())
+        assert torch.equal(cpu.running, gpu.running.cpu())
     for name, values in cpu.metrics().items():
         np.testing.assert_allclose(np.asarray(gpu.metrics()[name].cpu()), np.asarray(values), rtol=1e-12)

@@ -22,10 +22,12 @@ How the event-by-event reference is reproduced exactly:
   the jobs that were there and ``tie`` (their start order) for those appended since, and a reservation
   re-ranks ``tie`` by ``(requested end, that order)``, as the reference's sort does.
 
-**Compiled path** (``backend="numba"``, the default on the CPU where numba is installed): every window runs
-the reference's own event loop, backfilling included, in machine code, windows split over threads
-(:mod:`.batched_kernels`), on numpy arrays that the tensors above share memory with; so no window waits
-for another's events.  The torch path remains for CUDA and where numba is missing.
+**Compiled paths**: every window runs the reference's own event loop, backfilling included, so no window
+waits for another's events.  ``backend="numba"`` (the default on the CPU where numba is installed): in
+machine code, windows split over threads (:mod:`.batched_kernels`), on numpy arrays that the tensors above
+share memory with.  ``backend="triton"`` (the default on CUDA): one program per window, one launch and one
+host sync a decision (:mod:`torchhpc.triton_kernels.sched`), on the same state as device tensors.  The
+tensor path remains where neither runs.
 
 A trace's submit times must not decrease with the job index (the traces here all qualify; the loader
 sorts jobs by id as the authors' did), so that the queue's FCFS order is the index order.
@@ -50,8 +52,10 @@ _INF = 1 << 62
 #: Host work of the torch path (the one CUDA would run) per decision step of a batch of windows
 #: (``tests/test_gpu_budgets.py``, 4 windows of 64 jobs): the schedule's bookkeeping reads the state back.
 GPU_BUDGETS = {
-    "schedule": HostBudget("decision step", syncs=14, launches=96, why="no backfilling"),
-    "schedule_easy": HostBudget("decision step", syncs=82, launches=705, why="EASY backfilling, per-event loops"),
+    "schedule": HostBudget("decision step", syncs=14, launches=96, why="tensor path, no backfilling"),
+    "schedule_easy": HostBudget("decision step", syncs=82, launches=705, why="tensor path, EASY backfilling, per-event loops"),
+    "schedule_triton": HostBudget("decision step", syncs=1, launches=3,
+                                  why="Triton path, any backfilling: the flags, the check, the windows; the flags read"),
 }
 
 
@@ -62,7 +66,8 @@ class BatchedClusterSimulator:
         trace: the jobs (:meth:`~torchhpc.ext.sched.swf.Trace.for_scheduling`).
         backfill: ``none``, ``rlscheduler`` or ``easy`` (as :class:`~torchhpc.ext.sched.simulator.ClusterSimulator`).
         device: where the state lives (``cpu`` or ``cuda``).
-        backend: ``auto`` (numba on the CPU where installed, else torch), ``numba`` or ``torch``.
+        backend: ``auto`` (numba on the CPU where installed, Triton on CUDA, else torch), ``numba``, ``triton``
+            or ``torch``.
         threads: the compiled path's threads per step; ``None``: 1 or all of numba's, whichever is faster
             at the time (:class:`~torchhpc.ext.sched.batched_kernels.ThreadTuner`).
 
@@ -90,15 +95,15 @@ class BatchedClusterSimulator:
         self.trace = trace
         self.backfill = backfill
         self.device = torch.device(device)
-        self.backend = resolve_backend(backend, self.device, choices=("torch", "numba"))
+        self.backend = resolve_backend(backend, self.device, choices=("torch", "numba", "triton"))
         self.procs_total = int(trace.procs_total)
         as_t = lambda a: torch.as_tensor(np.asarray(a, dtype=np.int64), device=self.device)  # noqa: E731
         self._submit, self._run, self._req, self._procs = (as_t(trace.submit), as_t(trace.run),
                                                            as_t(trace.req_time), as_t(trace.procs))
+        self._min_procs = int(np.min(trace.procs)) if len(trace) else 1  # the compiled paths' scans stop below it
         if self.backend == "numba":
             self._np = tuple(np.ascontiguousarray(a, dtype=np.int64)
                              for a in (trace.submit, trace.run, trace.req_time, trace.procs))
-            self._min_procs = int(self._np[3].min()) if len(trace) else 1
             self._tuner = batched_kernels.ThreadTuner(threads)
         self.decisions = 0
 
@@ -112,8 +117,8 @@ class BatchedClusterSimulator:
             raise InputError(f"windows of {length} jobs at starts {first.tolist()[:8]} fall outside the trace's {n} jobs")
         B, L, dev = first.numel(), length, self.device
         self.B, self.L, self.first = B, L, first
-        if self.backend == "numba":
-            self._reset_numba(first.numpy().copy(), L)
+        if self.backend != "torch":
+            self._reset_compiled(first.clone(), L)
             return
         self._l4 = 4 * L  # rkey = actual end * 4L + tie (tie < 2L)
         idx = first[:, None] + torch.arange(L, device=dev)
@@ -135,26 +140,28 @@ class BatchedClusterSimulator:
         self.done = torch.zeros(B, dtype=torch.bool, device=dev)
         self.decisions = 0
 
-    def _reset_numba(self, first: np.ndarray, L: int) -> None:
-        """The compiled path's state: numpy arrays, shared with the public tensors (no copies per step)."""
-        B = len(first)
-        idx = first[:, None] + np.arange(L)
-        self.submit, self.run, self.req, self.procs = (torch.from_numpy(a[idx]) for a in self._np)
-        queued = np.zeros((B, L), dtype=np.bool_)
+    def _reset_compiled(self, first: torch.Tensor, L: int) -> None:
+        """The compiled paths' state (the reference's, per window): tensors on the device; numba works on
+        numpy views of them (no copies per step)."""
+        B, dev = first.numel(), self.device
+        idx = first[:, None] + torch.arange(L, device=dev)
+        self.submit, self.run, self.req, self.procs = (x[idx] for x in (self._submit, self._run, self._req, self._procs))
+        full = lambda shape, v, dtype=torch.int64: torch.full(shape, v, dtype=dtype, device=dev)  # noqa: E731
+        queued = full((B, L), False, torch.bool)
         queued[:, 0] = True
         self._state = {
-            "first": first, "now": self._np[0][first].copy(), "free": np.full(B, self.procs_total, dtype=np.int64),
-            "nxt": np.ones(B, dtype=np.int64), "qlen": np.ones(B, dtype=np.int64), "qlo": np.zeros(B, dtype=np.int64),
-            "done": np.zeros(B, dtype=np.bool_), "queued": queued,
-            "start_time": np.full((B, L), -1, dtype=np.int64),
-            "rjob": np.zeros((B, L), dtype=np.int64), "rcnt": np.zeros(B, dtype=np.int64)}
+            "first": first, "now": self._submit[first], "free": full((B,), self.procs_total), "nxt": full((B,), 1),
+            "qlen": full((B,), 1), "qlo": full((B,), 0), "done": full((B,), False, torch.bool), "queued": queued,
+            "start_time": full((B, L), -1), "rjob": full((B, L), 0), "rcnt": full((B,), 0)}
         st = self._state
         self.now, self.free, self.next, self.qlen, self.done, self.queued, self.start_time = (
-            torch.from_numpy(st[k]) for k in ("now", "free", "nxt", "qlen", "done", "queued", "start_time"))
+            st[k] for k in ("now", "free", "nxt", "qlen", "done", "queued", "start_time"))
+        if self.backend == "numba":
+            self._arrays = {k: v.numpy() for k, v in st.items()}
         self.decisions = 0
 
     def _schedule_numba(self, jobs: torch.Tensor) -> torch.Tensor:
-        st = self._state
+        st = self._arrays
         jobs = np.ascontiguousarray(jobs.numpy(), dtype=np.int64)
         live = ~st["done"]
         j = jobs[live]
@@ -168,15 +175,26 @@ class BatchedClusterSimulator:
         self.decisions += len(j)
         return self.done
 
+    def _schedule_triton(self, jobs: torch.Tensor) -> torch.Tensor:
+        from torchhpc.triton_kernels.sched import schedule_windows_triton
+
+        flags = schedule_windows_triton(jobs.contiguous(), self.backfill, self._min_procs, self._state,
+                                        (self._submit, self._run, self._req, self._procs))
+        bad, stalled, live = flags.tolist()  # the decision's one host sync
+        if bad:
+            raise InputError("a chosen job is not waiting in its window's queue")
+        if stalled:
+            raise RuntimeError("simulator stalled: nothing running and nothing to arrive")
+        self.decisions += live
+        return self.done
+
     @property
     def running(self) -> torch.Tensor:
         """(B, L) bool: started and not finished."""
-        if self.backend == "numba":
+        if self.backend != "torch":  # the first rcnt entries of each window's running list
             st = self._state
-            out = np.zeros((self.B, self.L), dtype=np.bool_)
-            live = np.arange(self.L) < st["rcnt"][:, None]
-            out[np.nonzero(live)[0], st["rjob"][live]] = True
-            return torch.from_numpy(out)
+            live = torch.arange(self.L, device=self.device) < st["rcnt"][:, None]
+            return torch.zeros_like(st["rjob"]).scatter_add_(1, st["rjob"], live.long()) > 0
         return self.rkey < _INF
 
     # ------------------------------------------------------------------------- helpers (rows: window ids)
@@ -356,6 +374,8 @@ class BatchedClusterSimulator:
             raise InputError(f"schedule needs one job per window ({self.B}); got {jobs.numel()}")
         if self.backend == "numba":
             return self._schedule_numba(jobs)
+        if self.backend == "triton":
+            return self._schedule_triton(jobs)
         rows = torch.nonzero(~self.done).squeeze(1)
         jobs = jobs[rows]
         if bool(((jobs < 0) | (jobs >= self.L)).any()) or not bool(self.queued[rows, jobs.clamp(0, self.L - 1)].all()):
@@ -373,8 +393,8 @@ class BatchedClusterSimulator:
 
     def running_order(self, b: int) -> list[int]:
         """Window ``b``'s running jobs in the order of the reference's running list (tie-breaking state)."""
-        if self.backend == "numba":
-            return self._state["rjob"][b, : self._state["rcnt"][b]].tolist()
+        if self.backend != "torch":
+            return self._state["rjob"][b, : int(self._state["rcnt"][b])].tolist()
         key = self.rkey[b]
         jobs = torch.nonzero(key < _INF).squeeze(1).tolist()
         act = {j: int(key[j]) // self._l4 for j in jobs}
@@ -387,10 +407,11 @@ class BatchedClusterSimulator:
         """A uniformly random queued job per window (0 for finished windows)."""
         if self.backend == "numba":
             pick = (torch.rand(self.B, generator=generator) * self.qlen).long().numpy()
-            st = self._state
+            st = self._arrays
             return torch.from_numpy(batched_kernels.nth_queued(st["queued"], st["nxt"], st["qlo"], pick,
                                                                np.empty(self.B, dtype=np.int64)))
-        c = max(int(self.next.max()), 1)
+        # (the tensor path's columns up to the furthest arrival; on the Triton path all L: no host sync)
+        c = self.L if self.backend == "triton" else max(int(self.next.max()), 1)
         pick = (torch.rand(self.B, generator=generator, device=self.device) * self.qlen).long()
         rank = self.queued[:, :c].to(torch.int32).cumsum_(1)  # queued jobs up to and including i (contiguous: fast)
         return torch.searchsorted(rank, pick[:, None].to(torch.int32) + 1).squeeze(1).clamp(max=c - 1)

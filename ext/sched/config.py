@@ -177,7 +177,8 @@ class EvalOptions(Options):
 
 #: what ``--device auto`` picks: the CPU. Measured on one H200 (2026-12-04, docs/core/results.md): the
 #: batched simulator's torch path on CUDA did not finish the benchmark's rows in 45 s, where the compiled
-#: CPU path makes 0.3-0.9 M decisions/s; the policy network is too small to gain from the GPU.
+#: CPU path makes 0.3-0.9 M decisions/s (its Triton path, the CUDA default since, is not measured yet);
+#: training's rollouts use the per-window simulator, and the policy network is too small to gain from the GPU.
 AUTO_DEVICE = "cpu"
 
 

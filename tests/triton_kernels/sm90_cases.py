@@ -206,7 +206,29 @@ def ccsdt_cases():
             lambda a=(X.TT, X.AT, X.BT, t1, t2, ovov, fock_ov, mo_energy, idx, wgt): triples_energy_mma_partials(*a)
 
 
-CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases]
+def sched_cases():
+    """The batched simulator's decision kernel, every backfilling mode, over 1 and 37 windows of 1, 16 and 37
+    jobs, with the fewest processors a job asks for at 1 and 3 (all runtime values: one compile per mode)."""
+    from torchhpc.triton_kernels.sched import MODES, schedule_windows_triton
+
+    n = 200
+    submit = torch.randint(0, 1000, (n,), generator=_g(8)).sort().values
+    run, req, procs = (torch.randint(1, 60, (n,), generator=_g(9 + i)) for i in range(3))
+    for B in (1, 37):
+        for L in (1, 16, 37):
+            zeros = torch.zeros(B, dtype=torch.int64)
+            state = {"first": torch.arange(B) * 3, "now": zeros.clone(), "free": zeros + 64, "nxt": zeros + 1,
+                     "qlen": zeros + 1, "qlo": zeros.clone(), "rcnt": zeros.clone(),
+                     "done": torch.zeros(B, dtype=torch.bool), "queued": torch.zeros(B, L, dtype=torch.bool),
+                     "start_time": torch.full((B, L), -1), "rjob": torch.zeros(B, L, dtype=torch.int64)}
+            for mode in MODES:
+                for min_procs in (1, 3):
+                    yield (f"sched windows B={B} L={L} {mode} min_procs={min_procs}",
+                           lambda state=state, mode=mode, min_procs=min_procs, zeros=zeros:
+                           schedule_windows_triton(zeros, mode, min_procs, state, (submit, run, req, procs)))
+
+
+CASES = [foresight_cases, segalign_cases, kraken_cases, ccsdt_cases, sched_cases]
 
 
 def main(out: str) -> int:

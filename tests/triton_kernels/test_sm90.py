@@ -73,7 +73,7 @@ def test_every_launcher_compiles_for_sm90(report):
             "_bag_backward_psw_kernel", "_sparse_row_update_kernel", "_tbe_pool_kernel",
             "_tbe_backward_rowwise_adagrad_kernel", "_triples_energy_kernel", "_epilogue_kernel",
             "_block_scan_kernel", "_block_pack_kernel", "_block_unpack_kernel", "_diagonal_scan_kernel",
-            "_ydrop_kernel"} <= names
+            "_ydrop_kernel", "_check_jobs_kernel", "_schedule_windows_kernel"} <= names
 
 
 def test_addresses_from_pointer_arguments_are_64_bit(report):
@@ -90,13 +90,15 @@ def test_sizes_that_change_per_call_compile_once(report):
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
     over shapes with dimensions of 1, 3, 5, 6, 16 and 37 and batches of 1 and 5 fields (the block codec's
     unpacking once); ccsdt's epilogue and MMA kernel once each over o and v of 1, 3-5 and 16; the Y-drop sweep once per walls branch
-    over 1 and 37 extensions of 1 and 1000 bases."""
+    over 1 and 37 extensions of 1 and 1000 bases; sched's decision kernel once per backfilling mode over 1 and 37
+    windows of 1 to 37 jobs."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
     assert len(variants("segalign xdrop")) == 2  # DIRECTION = +1 and -1
     assert len(variants("segalign diagonal")) == 1  # 1 to 37 diagonals, 1 to 1000 cells
     assert len(variants("segalign ydrop")) == 3  # no walls, walls, overflow rows; 1 or 37 extensions, 1-1000 bases
+    assert len(variants("sched windows")) == 4  # the check, and one windows kernel per backfilling mode
     assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
     for kernel, count in (("scan fused", 2), ("scan given", 2), ("pack fused", 2), ("pack given", 2), ("unpack", 1)):
         assert len(variants(f"foresight blocks {kernel}")) == count

@@ -15,6 +15,7 @@ from torchhpc.ext.sched.swf import SchedTrace, read_swf
 MODES = ["none", "rlscheduler", "easy"]
 BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(
     not numba_available(), reason="numba is not installed (pip install numba): the compiled path cannot run"))]
+ALL_BACKENDS = [*BACKENDS, "triton"]  # Triton interpreted here (TRITON_INTERPRET=1, tests/conftest.py)
 
 
 def tie_heavy_trace(seed: int, n: int = 400, total: int = 8) -> SchedTrace:
@@ -80,6 +81,18 @@ def test_equals_reference_with_many_ties(mode, backend):
     replay(trace, mode, [0, 50, 100, 150, 200, 250, 300], 96, seed=3, backend=backend)
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_triton_path_equals_reference(shared_data, mode):
+    """The Triton kernel (one program per window; interpreted here, so smaller windows than above) against the
+    reference decision for decision: Lublin-1 windows, tie-heavy windows, a batch of one window and a window
+    of one job."""
+    trace = read_swf(shared_data / "swf" / "lublin_256.swf").for_scheduling()
+    assert replay(trace, mode, [300, 4000, 9000], 40, backend="triton") > 0
+    replay(tie_heavy_trace(1), mode, [0, 100, 250], 40, seed=3, backend="triton")
+    replay(tie_heavy_trace(2), mode, [7], 30, seed=1, backend="triton")
+    assert replay(tie_heavy_trace(2), mode, [7, 8], 1, backend="triton") == 2
+
+
 def test_compiled_path_is_the_default_on_the_cpu():
     """auto resolves to numba on the CPU where numba is installed (else torch); torch can be asked for."""
     trace = tie_heavy_trace(0, n=20)
@@ -89,14 +102,18 @@ def test_compiled_path_is_the_default_on_the_cpu():
         BatchedClusterSimulator(trace, backend="cuda")
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_bad_input(backend):
     """A job not in its window's queue, one job count per window and decreasing submits are clear errors."""
     trace = tie_heavy_trace(0, n=20)
     sim = BatchedClusterSimulator(trace, backend=backend)
     sim.reset([0, 5], 10)
+    sim.schedule([0, 0])
+    before = [x.clone() for x in (sim.queued, sim.start_time, sim.now, sim.free, sim.done)]
     with pytest.raises(InputError, match="not waiting"):
-        sim.schedule([0, 3])
+        sim.schedule([int(sim.random_valid()[0]), 0])  # window 1's job 0 has started: nothing may change
+    assert all(torch.equal(x, y) for x, y in zip(before, (sim.queued, sim.start_time, sim.now, sim.free, sim.done),
+                                                 strict=True))
     with pytest.raises(InputError, match="one job per window"):
         sim.schedule([0])
     with pytest.raises(InputError, match="outside"):
