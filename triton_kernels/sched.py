@@ -1,4 +1,4 @@
-"""Triton kernels for sched: one scheduling decision in every window of the batched simulator, one launch.
+"""Triton kernels for sched: one scheduling decision in every window of the batched simulator, per launch.
 
 :class:`torchhpc.ext.sched.batched.BatchedClusterSimulator` keeps ``B`` windows of ``L`` jobs.  On the CPU
 its compiled path runs the reference simulator's event loop per window (numba,

@@ -18,15 +18,16 @@ BACKENDS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(
 ALL_BACKENDS = [*BACKENDS, "triton"]  # Triton interpreted here (TRITON_INTERPRET=1, tests/conftest.py)
 
 
-def tie_heavy_trace(seed: int, n: int = 400, total: int = 8) -> SchedTrace:
-    """Small integer times, so that ends, requested ends and submits often coincide."""
+def tie_heavy_trace(seed: int, n: int = 400, total: int = 8, narrowest: int = 1) -> SchedTrace:
+    """Small integer times, so that ends, requested ends and submits often coincide; jobs of ``narrowest`` to
+    ``total`` processors (above 1, a backfilling scan stops early once fewer are free)."""
     rng = np.random.default_rng(seed)
     arr = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
     submit = np.sort(rng.integers(0, n * 6, n))
     run = rng.choice([10, 20, 30], n)
     req = run + rng.choice([0, 0, 10], n)
     return SchedTrace(name="ties", procs_total=total, job_id=np.arange(1, n + 1), submit=arr(submit), run=arr(run),
-                      req_time=arr(req), procs=arr(rng.integers(1, total + 1, n)), req_mem=-np.ones(n),
+                      req_time=arr(req), procs=arr(rng.integers(narrowest, total + 1, n)), req_mem=-np.ones(n),
                       user=-np.ones(n), group=-np.ones(n), executable=-np.ones(n), max_run_time=60.0)
 
 
@@ -79,6 +80,7 @@ def test_equals_reference_with_many_ties(mode, backend):
     tie-breaking is reproduced, including after backfilling's re-sorts by requested end (both paths)."""
     trace = tie_heavy_trace(1)
     replay(trace, mode, [0, 50, 100, 150, 200, 250, 300], 96, seed=3, backend=backend)
+    replay(tie_heavy_trace(4, total=7, narrowest=3), mode, [0, 60, 200], 64, seed=2, backend=backend)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -89,8 +91,25 @@ def test_triton_path_equals_reference(shared_data, mode):
     trace = read_swf(shared_data / "swf" / "lublin_256.swf").for_scheduling()
     assert replay(trace, mode, [300, 4000, 9000], 40, backend="triton") > 0
     replay(tie_heavy_trace(1), mode, [0, 100, 250], 40, seed=3, backend="triton")
+    replay(tie_heavy_trace(4, total=7, narrowest=3), mode, [0, 60], 30, seed=2, backend="triton")
     replay(tie_heavy_trace(2), mode, [7], 30, seed=1, backend="triton")
     assert replay(tie_heavy_trace(2), mode, [7, 8], 1, backend="triton") == 2
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_wider_than_the_cluster_stalls_with_an_error(mode, backend):
+    """A job that can never fit (built here: the trace readers refuse it) ends the call with one error once
+    nothing runs and nothing is left to arrive, in every mode and on every path."""
+    trace = tie_heavy_trace(0, n=20)
+    trace.procs[1] = trace.procs_total + 1
+    sim = BatchedClusterSimulator(trace, mode, backend=backend)
+    sim.reset([0], 6)
+    sim.schedule([0])
+    while not bool(sim.queued[0, 1]):
+        sim.schedule(sim.random_valid())
+    with pytest.raises(RuntimeError, match="stalled"):
+        sim.schedule([1])
 
 
 def test_compiled_path_is_the_default_on_the_cpu():
