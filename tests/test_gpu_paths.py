@@ -42,6 +42,25 @@ def test_foresight_codec_on_cuda_equals_the_cpu(shape, dtype):
     assert float((ys[0].double() - x.double()).abs().nan_to_num(0.0).max()) <= 1e-3
 
 
+@pytest.mark.parametrize("eb", [1e-3, 1e-2, 2.5e-3])
+def test_foresight_kernels_round_as_the_cpu_on_ties(eb):
+    """Values at exactly -e and +e (a tie of x / 2e + 1/2) and a float64 field on a decimal grid (values whose
+    code decodes one ulp off the bound must be outliers): the GPU's Lorenzo blocks are the CPU's bytes, and
+    every value decodes within e.  (Compiled with fused multiply-adds, -e got code -1 and hundreds of the grid's
+    outliers were dropped.)"""
+    from torchhpc.ext.foresight.blocks import blocks_decode, blocks_encode
+
+    gen = torch.Generator().manual_seed(3)
+    grid = (torch.randint(-5000, 5000, (2000,), generator=gen).double() / 1000).reshape(10, 200)
+    ties = torch.tensor([-eb, eb, -3 * eb, 0.0, 5 * eb] * 40, dtype=torch.float64)
+    for x in (grid, ties, ties.float()):
+        cpu, meta = blocks_encode(x, eb, backend="torch", predictor="lorenzo")
+        gpu, _ = blocks_encode(x.cuda(), eb, backend="triton", predictor="lorenzo")
+        assert gpu == cpu
+        y = blocks_decode(cpu, meta, tuple(x.shape), x.dtype, eb, "cpu")
+        assert float((y.double() - x.double()).abs().max()) <= eb
+
+
 def test_foresight_batch_on_cuda_equals_each_field_on_the_cpu():
     from torchhpc.ext.foresight.compressors import OursCompressor
 

@@ -32,6 +32,13 @@ import triton.language as tl
 QUANT_LIMIT = float(2**40)
 """``|x / 2e|`` at or above this is not quantised (the value becomes a lossless outlier)."""
 
+EXACT = {"enable_fp_fusion": False}
+"""Launch options of every kernel here: the codes and outlier flags must be the torch twin's, bit for bit
+(one format on both devices; every value within the bound), so no ``a * b + c`` may be contracted into one
+fused multiply-add on the GPU: ``x / 2e + 1/2`` would round once (a value at exactly ``-e`` gets code -1,
+not 0) and ``q * 2e - x`` would be checked unrounded (values that decode one ulp off the bound kept as
+codes).  The interpreter rounds every step, so only the compiled PTX shows it (``tests/triton_kernels/test_sm90.py``)."""
+
 
 @triton.jit
 def _quantize(x, inv2e, LIMIT: tl.constexpr):
@@ -120,7 +127,7 @@ def lorenzo_quantize_triton(x: torch.Tensor, eb: float, block: int = 1024) -> tu
     grid = (triton.cdiv(n, block),)
     inv2e = torch.full((1,), 1.0 / (2.0 * eb), dtype=torch.float64, device=x.device)
     _lorenzo_quantize_kernel[grid](x, q, d, inv2e, x.shape[0], x.shape[1], x.shape[2],
-                                   LIMIT=QUANT_LIMIT, BLOCK=block)
+                                   LIMIT=QUANT_LIMIT, BLOCK=block, **EXACT)
     return q, d
 
 
@@ -339,7 +346,7 @@ def block_scan_triton(x: torch.Tensor, table: BlockTable, r: torch.Tensor | None
     rr, vf, fused = _residual_args(x, r, vflag)
     _block_scan_kernel[(triton.cdiv(table.blocks, rows),)](
         x, rr, vf, table.eb, table.fields, counts[0], counts[1], counts[2], len(table.count), table.blocks,
-        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows)
+        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows, **EXACT)
     return counts
 
 
@@ -352,7 +359,7 @@ def block_pack_triton(x: torch.Tensor, table: BlockTable, ends: torch.Tensor, vi
     rr, vf, fused = _residual_args(x, r, vflag)
     _block_pack_kernel[(triton.cdiv(table.blocks, rows),)](
         x, rr, vf, table.eb, table.fields, ends[0], ends[1], ends[2], *views, len(table.count), table.blocks,
-        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows)
+        LIMIT=QUANT_LIMIT, CODE_LIMIT=CODE_LIMIT, FUSED=fused, ROWS=rows, **EXACT)
 
 
 def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Tensor, total: int,
@@ -360,7 +367,7 @@ def block_unpack_triton(wbyte: torch.Tensor, wend: torch.Tensor, words: torch.Te
     """Decoding: the ``total`` int64 residuals from the widths, their inclusive prefix sum and the planes."""
     nb = wbyte.numel()
     r = torch.empty(total, dtype=torch.int64, device=wbyte.device)
-    _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, r, total, nb, ROWS=rows)
+    _block_unpack_kernel[(triton.cdiv(nb, rows),)](wbyte, wend, words, r, total, nb, ROWS=rows, **EXACT)
     return r
 
 

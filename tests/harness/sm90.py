@@ -53,6 +53,11 @@ class Compiled:
         """Whether the PTX runs FP64 tensor-core MMAs (``mma.sync... .f64``)."""
         return bool(re.search(r"\bmma\.sync\.aligned\.[^\s;]*\.f64", self.ptx))
 
+    def fused_fp(self) -> int:
+        """Floating-point multiply-adds in the PTX (``fma.rn.f32/f64``): one rounding where the source rounds
+        twice (the compiler contracts ``a * b + c``), so the result can differ from the torch twin's."""
+        return len(re.findall(r"\bfma\.rn(?:\.ftz)?\.f(?:32|64)\b", self.ptx))
+
 
 _FUNC = re.compile(r"^\s*tt\.func\b")
 _ARG = re.compile(r"%(\w+): !tt\.ptr<")

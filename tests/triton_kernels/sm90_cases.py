@@ -246,7 +246,7 @@ def main(out: str) -> int:
                 for c in compiled[before:]:
                     row["kernels"].append({"kernel": c.kernel, "signature": c.signature,
                                            "constants": {k: repr(v) for k, v in c.constants.items()},
-                                           "base_offsets": c.base_offsets(), "fp64_mma": c.fp64_mma(),
+                                           "base_offsets": c.base_offsets(), "fp64_mma": c.fp64_mma(), "fused_fp": c.fused_fp(),
                                            "cubin_bytes": c.cubin_bytes,
                                            "resources": usage[c.ptx] if c.ptx in usage else usage.setdefault(c.ptx, c.resources())})
                 report.append(row)

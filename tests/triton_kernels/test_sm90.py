@@ -130,6 +130,17 @@ def test_fp64_scalars_reach_the_kernel_as_fp64(report):
     assert all(ty != "fp32" for s in sigs for ty in s.values())
 
 
+def test_foresight_kernels_round_as_the_torch_twin(report):
+    """foresight's codes and outlier flags are compared exactly with the CPU's (one format on both devices,
+    every value within the bound), so its kernels compile without fused multiply-adds: contracted, ``x / 2e +
+    1/2`` rounds once and a value at exactly -e gets code -1 instead of 0, and the decoder's ``q * 2e - x`` is
+    checked unrounded, keeping values that decode one ulp off the bound.  Other kernels fuse (ccsdt's do)."""
+    kernels = _kernels(report, "foresight")
+    assert kernels and all(k["fused_fp"] == 0 for _, k in kernels), sorted({k["kernel"] for _, k in kernels
+                                                                            if k["fused_fp"]})
+    assert any(k["fused_fp"] > 0 for _, k in _kernels(report, "ccsdt"))  # the check sees fused ones
+
+
 def test_ccsdt_mma_kernel_runs_on_the_fp64_tensor_cores(report):
     """The fused (T) kernel built on tl.dot compiles its FP64 dots to tensor-core MMAs (mma.sync ... .f64 in
     the PTX) at every size, where the CUDA-core kernel and the epilogue have none."""
