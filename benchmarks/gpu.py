@@ -267,13 +267,17 @@ def _ccsdt_rows(device: str, sizes, variants: dict, budget_s: float, warm: bool)
             if left < limit:
                 rows.append({"name": f"(T) o={o} v={v} {name}", "skipped": f"{left:.0f} s left, needs ~{limit} s"})
                 continue
-            if warm:
-                variants[name](args)  # compile, warm caches
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            energies[name] = variants[name](args)
-            torch.cuda.synchronize()
-            dt = time.perf_counter() - t0
+            try:  # a variant that fails (out of memory, say) is its row; the rows measured before it stay
+                if warm:
+                    variants[name](args)  # compile, warm caches
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                energies[name] = variants[name](args)
+                torch.cuda.synchronize()
+                dt = time.perf_counter() - t0
+            except Exception as exc:  # noqa: BLE001 - reported in the table
+                rows.append({"name": f"(T) o={o} v={v} {name}", "failed": f"{type(exc).__name__}: {exc}"[:300]})
+                continue
             tf = flops / dt / 1e12
             first = next(iter(energies.values()))
             peaks = _peaks()

@@ -163,3 +163,22 @@ def test_a_failed_dgemm_is_a_row_and_its_time_comes_off_the_ccsdt_budget(monkeyp
     out = gpu.step_ccsdt("cuda", None)
     assert out[0] == {"name": "cuBLAS DGEMM", "failed": "RuntimeError: CUDA out of memory"}
     assert out[1]["name"].startswith("(T)") and 0 < seen["budget"] <= 44.0
+
+
+def test_a_failed_ccsdt_variant_is_its_row_and_the_others_stay(monkeypatch):
+    """A (T) variant that fails (out of memory at o=40 v=300, say) is its own row: the rows measured before
+    and after it are kept (one failure lost the whole step before)."""
+    import torch
+
+    gpu = _gpu_module()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(gpu, "_peaks", lambda: None)
+
+    def fail(args):
+        raise RuntimeError("CUDA out of memory")
+
+    variants = {"pair": lambda a: -1.0, "mma": fail, "cuda-core": lambda a: -1.0}
+    rows = gpu._ccsdt_rows("cpu", ((2, 3, [(n, 0) for n in variants]),), variants, budget_s=60.0, warm=True)
+    assert [r["name"] for r in rows] == ["(T) o=2 v=3 pair", "(T) o=2 v=3 mma", "(T) o=2 v=3 cuda-core"]
+    assert rows[1] == {"name": "(T) o=2 v=3 mma", "failed": "RuntimeError: CUDA out of memory"}
+    assert "tflops" in rows[0] and rows[2]["differs_from_first_by"] == 0.0

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from torchhpc.ext.core.device import cuda_free_bytes
 from torchhpc.ext.core.errors import DistributedError, InputError
 
 from .blocks import INPUT_NAMES, check_inputs
@@ -302,7 +303,7 @@ def triples_energy_distributed(
     work = assign_work(o, v, world)
     ntri = max((len(ts) for ts in work.triples), default=0)
     budget = max_memory if max_memory is not None else (
-        0.8 * torch.cuda.mem_get_info(dev)[0] / 2**20 if dev.type == "cuda" else DEFAULT_MAX_MEMORY_MB)
+        0.8 * cuda_free_bytes(dev) / 2**20 if dev.type == "cuda" else DEFAULT_MAX_MEMORY_MB)
     layout = sliced_layout(o, v, max(1, ntri), budget, block_triples, dev.type)
     misses, rounds = exchange_plan(work, o, layout.capacity, layout.block_triples)
     backend = dist.get_backend(group)

@@ -53,6 +53,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from torchhpc.ext.core.device import cuda_free_bytes
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.hostsync import HostBudget
@@ -113,13 +114,13 @@ def incore_bytes(nocc: int, nvir: int, gemm_only: bool = False) -> int:
 
 def memory_budget_mb(max_memory: float | None, device: str | torch.device) -> float:
     """``max_memory`` in MB, or the device's default where it is ``None``: on CUDA 80 % of the memory the
-    device has free, on the CPU :data:`~torchhpc.ext.ccsdt.config.DEFAULT_MAX_MEMORY_MB`."""
+    device has free (:func:`~torchhpc.ext.core.device.cuda_free_bytes`), on the CPU
+    :data:`~torchhpc.ext.ccsdt.config.DEFAULT_MAX_MEMORY_MB`."""
     if max_memory is not None:
         return float(max_memory)
     device = torch.device(device)
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return 0.8 * free / 2**20
+        return 0.8 * cuda_free_bytes(device) / 2**20
     return DEFAULT_MAX_MEMORY_MB
 
 

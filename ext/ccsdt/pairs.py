@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import torch
 
+from torchhpc.ext.core.device import cuda_free_bytes
+
 from .blocks import FusedEpilogue, InCoreOperands, block_epilogue, occupied_triples
 
 #: float64 ``(nk, v, v, v)`` buffers a block holds: the three GEMM layouts and ``Y``
@@ -59,8 +61,7 @@ def device_budget_bytes(device: torch.device, operands_bytes: int, max_memory_mb
     if max_memory_mb is not None:
         return max_memory_mb * 2**20 - operands_bytes
     if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return 0.8 * free
+        return 0.8 * cuda_free_bytes(device)
     from .config import DEFAULT_MAX_MEMORY_MB
 
     return DEFAULT_MAX_MEMORY_MB * 2**20 - operands_bytes

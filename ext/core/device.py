@@ -55,3 +55,12 @@ def pick_device(requested: str | torch.device | None = None, *, auto: str = "cud
     elif dev.type != "cpu":
         raise InputError(f"device type {dev.type!r} is not supported (use auto, cpu or cuda[:N])")
     return dev
+
+
+def cuda_free_bytes(device: str | torch.device) -> int:
+    """Bytes a new allocation on CUDA ``device`` can have: what the driver reports free plus what PyTorch's
+    caching allocator holds unused (reserved, not allocated), which the driver counts as used.  Sizing
+    buffers from the driver's figure alone shrinks every later call in a process (the first call's blocks stay
+    cached): at o=40 v=300 the (T)'s MMA kernel, sized after the pair path had run, no longer fit an H100."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))

@@ -62,3 +62,18 @@ def test_ccsdt_auto_backend_on_cuda_is_the_measured_one(cuda_present):
     assert triples_backend("auto", 120, torch.device("cuda")) == "torch"  # o=20 v=120: 1.30 s against 4.62 s
     assert triples_backend("auto", TRITON_AUTO_MAX_NVIR, torch.device("cuda")) == "triton"
     assert triples_backend("auto", 60, torch.device("cpu")) == "torch"
+
+
+def test_cuda_free_bytes_counts_the_allocators_cache(monkeypatch):
+    """Memory PyTorch's caching allocator holds but does not use is free for a new buffer (the driver counts it
+    as used): ccsdt's (T) sizes its blocks from it, and a second call in one process must get the first's
+    budget (faked allocator: 10 GiB free by the driver, 30 GiB reserved, 4 GiB of it allocated)."""
+    from torchhpc.ext.ccsdt.ops import memory_budget_mb
+    from torchhpc.ext.core.device import cuda_free_bytes
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (10 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 30 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
+    assert cuda_free_bytes("cuda") == 36 * gib
+    assert memory_budget_mb(None, "cuda") == 0.8 * 36 * 1024
