@@ -314,7 +314,8 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     extending the anchors one by one, best HSP first, so it depends on neither the kernel nor ``threads``.
     ``counters`` (optional dict): ``speculated``, ``redone`` and ``wasted`` (extended ahead, then skipped)
     are added to it.  ``kernel="triton"`` (:func:`.gapped_kernels.ydrop_extend_triton` on ``device``) extends
-    the startable anchors of a window of :data:`TRITON_LOOKAHEAD` in one launch, under the same commit rule.
+    the startable anchors of a window of :data:`TRITON_LOOKAHEAD` in one launch, under the same commit rule,
+    launching when the next anchor to commit has not started (``counters["launches"]``).
     """
     if len(h) == 0:
         return []
@@ -337,7 +338,10 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
 
         from .gapped_kernels import ydrop_extend_triton
 
-        extend_many = functools.partial(ydrop_extend_triton, device=device if device is not None else "cuda")
+        dev = torch.device(device if device is not None else "cuda")
+        # the sequences cross to the device once for the strand, not once per launch
+        on_device = (torch.from_numpy(t_codes).to(dev), torch.from_numpy(q_codes).to(dev))
+        extend_many = functools.partial(ydrop_extend_triton, device=dev, codes_on_device=on_device)
     else:
         extend_many = ydrop_extend
 
@@ -379,7 +383,10 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
                 pos += 1
             if not pending:
                 break
-            if ahead:  # start those not near an earlier pending anchor
+            # start those not near an earlier pending anchor: on threads as soon as they enter the window; on
+            # the GPU when the next anchor to commit has not started, so that a launch sweeps the whole window
+            # (not the one anchor that entered it with each commit)
+            if ahead and (not batched or pending[0][1] is None):
                 starting = []
                 for k, entry in enumerate(pending):
                     i = entry[0]
@@ -390,6 +397,7 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
                                 starting.append(entry)
                 tally["speculated"] += len(starting)
                 if batched and starting:  # one launch for all of them
+                    tally["launches"] = tally.get("launches", 0) + 1
                     exts = many_ways([at_l[e[0]] for e in starting], [aq_l[e[0]] for e in starting])
                     for entry, ext in zip(starting, exts, strict=True):
                         entry[1] = Future()

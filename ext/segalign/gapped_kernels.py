@@ -532,13 +532,15 @@ def anchor_peaks_numba(ts: np.ndarray, qs: np.ndarray, ln: np.ndarray, t_codes: 
 def ydrop_extend_triton(
     t_codes: np.ndarray, q_codes: np.ndarray, t0: np.ndarray, q0: np.ndarray, dirs: np.ndarray,
     table: np.ndarray, gap_open: int, gap_extend: int, ydrop: int,
-    cover=None, boxes: bool = False, device: str = "cuda", **sizes,
+    cover=None, boxes: bool = False, device: str = "cuda", codes_on_device: tuple | None = None, **sizes,
 ) -> tuple:
     """:func:`.gapped.ydrop_extend` with the anti-diagonal sweep on the GPU (one program per extension,
     :func:`torchhpc.triton_kernels.segalign.ydrop_sweep_triton`; the CPU under ``TRITON_INTERPRET=1``) and the
     traceback walked here from its bytes (:func:`_trace`); same arguments and results, cell for cell.  An
     extension that outgrows the kernel's buffers (``sizes``: ``cap``, ``tb_cap``, ``d_cap``) is redone by the
-    compiled CPU kernel.
+    compiled CPU kernel.  ``codes_on_device``: ``(t_codes, q_codes)`` already on ``device`` (a caller that
+    launches many times uploads them once); the host arrays are still given (the CPU redo reads them).  Only the
+    traceback bytes and anti-diagonal offsets the extensions wrote come back to the host.
 
     Raises:
         RuntimeError: numba is not installed (the traceback and the fallback are its kernels).
@@ -568,8 +570,10 @@ def ydrop_extend_triton(
     t0 = np.asarray(t0, dtype=np.int64)
     q0 = np.asarray(q0, dtype=np.int64)
     dirs = np.asarray(dirs, dtype=np.int64)
+    t_dev, q_dev = codes_on_device if codes_on_device is not None else (on(t_codes, torch.uint8),
+                                                                       on(q_codes, torch.uint8))
     out, tb, offs, los = ydrop_sweep_triton(
-        on(t_codes, torch.uint8), on(q_codes, torch.uint8), on(t0, torch.int64), on(q0, torch.int64),
+        t_dev, q_dev, on(t0, torch.int64), on(q0, torch.int64),
         on(dirs, torch.int64), on(sc16, torch.int32), amb, gap_open, gap_extend, ydrop, walls, **sizes)
     out = out.cpu().numpy()
     B = t0.size
@@ -582,7 +586,10 @@ def ydrop_extend_triton(
                                    ydrop, cover, boxes=True)
         best[redo] = again[0]
         box[redo] = again[3]
-    tb_h, offs_h, los_h = tb.cpu().numpy(), offs.cpu().numpy(), los.cpu().numpy()
+    # what the extensions wrote: traceback bytes below the largest "used", anti-diagonals up to the deepest best
+    nb = int(out[:, 3].max(initial=1))
+    nd = int(out[:, 1].max(initial=0)) + 1
+    tb_h, offs_h, los_h = tb[:, :nb].cpu().numpy(), offs[:, :nd].cpu().numpy(), los[:, :nd].cpu().numpy()
     for b in range(B):
         if out[b, 8] != 0:
             k = int(np.searchsorted(redo, b))

@@ -413,3 +413,34 @@ def test_the_cell_loop_computes_in_32_bit_vector_lanes():
     assert any(op == "sub" and width == "i32" for op, _, width in vector_ops), "the cell loop is not vectorised"
     # (the lane index may stay 64-bit: the scores' gap penalties are the subtractions)
     assert not [v for v in vector_ops if v[0] == "sub" and v[2] == "i64"], "64-bit score lanes in the cell loop"
+
+
+def test_gapped_stage_on_the_gpu_launches_a_window_at_a_time(monkeypatch):
+    """--gapped-by triton launches when the next anchor to commit has not started, so a launch sweeps every
+    startable anchor of the window: on a pair with 20 copies of a 400 bp repeat (213 alignments) at least two
+    anchors a launch (1.18 before, when each commit's one new anchor was a launch of its own), and the same
+    alignments as the compiled CPU stage.  The sweep is numba's here (the GPU kernel's equality is the test
+    above): this checks which anchors go in which launch."""
+    from torchhpc.ext.segalign import gapped_kernels
+    from torchhpc.ext.segalign.align import find_hsps
+    from torchhpc.ext.segalign.gapped import gapped_alignments
+
+    launches = []
+
+    def sweep(t, q, t0, q0, dirs, *args, device=None, codes_on_device=None, **kw):
+        assert codes_on_device is not None and codes_on_device[0].numel() == t.size  # uploaded once, passed on
+        launches.append(t0.size // 2)
+        return gapped_kernels.ydrop_extend_numba(t, q, t0, q0, dirs, *args, **kw)
+
+    monkeypatch.setattr(gapped_kernels, "ydrop_extend_triton", sweep)
+    sim = simulate_pair(30_000, substitution_rate=0.08, indel_rate=0.005, seed=5, repeats=((400, 20, 0.05),))
+    t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
+    cfg = AlignConfig()
+    h = find_hsps(t, q, cfg)[0]["+"]
+    counters = {}
+    gpu = gapped_alignments(h, t, q, cfg, kernel="triton", device="cpu", counters=counters)
+    cpu = gapped_alignments(h, t, q, cfg, kernel="numba")
+    assert [(a.t_start, a.q_start, a.score, a.t_text) for a in gpu] == [(a.t_start, a.q_start, a.score, a.t_text)
+                                                                        for a in cpu]
+    assert len(cpu) > 100 and counters["launches"] == len(launches)
+    assert sum(launches) >= 2 * len(launches), (sum(launches), len(launches))
