@@ -201,6 +201,10 @@ class Compressor:
             c.payload = payload
             y = self._decode_any(c, x.device)
             tol = self.elementwise_bound(x, p)
+            if meta.get("log2"):  # decoded through exp2, whose last bit differs between math libraries (torch's
+                # CPU one, CUDA's): kept 4 ulps of the dtype inside the bound, a file written on one device holds
+                # its bound decoded on the other
+                tol = tol - 4 * torch.finfo(x.dtype).eps * x.to(torch.float64).abs()
             bad = ~((y.to(torch.float64) - x.to(torch.float64)).abs() <= tol)
             bad |= ~torch.isfinite(x)  # inf and NaN come back as they are (pw_rel's bound at inf is inf)
             bad &= ~((y == x) | (torch.isnan(x) & torch.isnan(y)))
@@ -338,7 +342,14 @@ class Compressor:
         fill = float(y[nz].min()) if bool(nz.any()) else 0.0
         y = torch.where(nz, y, torch.full_like(y, fill))  # zeros get the smallest log: smooth for the predictor
         y = torch.nan_to_num(y, nan=0.0, posinf=0.0, neginf=0.0)
-        delta = math.log2(1.0 + p["bound"]) * (1.0 - 1e-6)
+        # log2(1 + E), less what the decoder's last roundings may add (exp2, whose last bit differs between
+        # math libraries, and the cast to the dtype): every value decodes 4 ulps of its dtype inside the bound,
+        # on either device (the guard checks that margin); 1e-6 of it for log2's own rounding
+        eps = torch.finfo(x.dtype).eps
+        delta = (math.log2(1.0 + p["bound"]) - 6 * eps / math.log(2.0)) * (1.0 - 1e-6)
+        if delta <= 0:
+            raise InputError(f"pw_rel bound {p['bound']:g} is finer than {str(x.dtype).replace('torch.', '')} "
+                             f"resolves (a relative step of {eps:.3g}): give a larger bound")
         payload, meta = self._encode(y, {**p, "mode": "abs", "bound": delta}, delta)
         signs = np.packbits((x < 0).reshape(-1).cpu().numpy())
         zeros = np.packbits((~nz).reshape(-1).cpu().numpy())

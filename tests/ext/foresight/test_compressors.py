@@ -124,7 +124,8 @@ def test_lossless_and_fixed_modes_round_trip():
 
 
 def test_bad_parameters_are_one_clear_error():
-    """An unknown compressor or parameter, a bound <= 0, a pw_rel bound >= 1 or a non-float input -> InputError."""
+    """An unknown compressor or parameter, a bound <= 0, a pw_rel bound >= 1 or finer than the dtype resolves, or
+    a non-float input -> InputError."""
     x = awkward_field()
     with pytest.raises(InputError, match="unknown compressor 'nope'"):
         get_compressor("nope")
@@ -135,6 +136,9 @@ def test_bad_parameters_are_one_clear_error():
             compress(x, "ours", mode="abs", bound=b)
     with pytest.raises(InputError, match="pw_rel bound must be < 1"):
         compress(x, "zfp", mode="pw_rel", bound=1.5)
+    with pytest.raises(InputError, match="pw_rel bound 1e-07 is finer than float32 resolves"):
+        compress(x, "ours", mode="pw_rel", bound=1e-7)
+    assert compress(x.double(), "ours", mode="pw_rel", bound=1e-7).stats["patched"] == 0  # float64 resolves it
     with pytest.raises(InputError, match="mode must be one of"):
         compress(x, "ours", mode="psnr", bound=1.0)
     with pytest.raises(InputError, match="float32 or float64"):
@@ -256,3 +260,30 @@ def test_a_named_zstd_setting_writes_plain_frames_and_searches_deeper_than_level
     assert zstandard.ZstdDecompressor().decompress(tuned) == data
     assert len(tuned) < 0.85 * len(zstd_compress(data, 1))
     assert outlier_level((1, "btopt-s1")) == 3 and outlier_level(1) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_pw_rel_keeps_its_values_a_few_ulps_inside_the_bound(monkeypatch, dtype):
+    """pw_rel decodes through exp2, whose last bit differs between math libraries (torch's CPU exp2 is not
+    correctly rounded; CUDA's is another implementation), so a value may decode one ulp of its dtype away on
+    another device: the guard keeps every value 4 ulps inside the bound.  A decoded value within the bound but
+    less than an ulp from it is stored exactly, and decodes as it was."""
+    from torchhpc.ext.foresight.compressors import OursCompressor
+
+    x = torch.linspace(1.0, 2.0, 64, dtype=dtype)
+    real = OursCompressor._decode_any
+
+    def at_the_edge(self, c, device):
+        y = real(self, c, device)
+        v = torch.tensor(float(x[0]) * (1 + 1e-2), dtype=dtype)  # the last value of the dtype within the bound
+        while abs(float(v) - float(x[0])) > 1e-2 * float(x[0]):
+            v = torch.nextafter(v, torch.zeros((), dtype=dtype))
+        assert 1e-2 * float(x[0]) - abs(float(v) - float(x[0])) <= torch.finfo(dtype).eps * float(x[0])
+        y[0] = v
+        return y
+
+    monkeypatch.setattr(OursCompressor, "_decode_any", at_the_edge)
+    c = compress(x, "ours", mode="pw_rel", bound=1e-2)
+    assert c.stats["patched"] == 1
+    monkeypatch.undo()
+    assert float(decompress(c)[0]) == float(x[0])
