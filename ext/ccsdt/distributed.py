@@ -153,7 +153,10 @@ class RemoteSlices:
         return self.misses[r][t] if t < len(self.misses[r]) else []
 
     def _post(self, t: int):
-        works, bufs, sent = [], {}, 0
+        # one batch for the round's sends and receives: NCCL runs a rank's traffic with a peer in posting order
+        # and ignores tags, so two ranks that each sent before receiving would both wait (slices of v^3 doubles
+        # do not fit its buffers); a pair's slices go in the order of the receiver's list on both sides
+        ops, bufs, sent = [], {}, 0
         tag0 = t * self.nocc
         for s in range(self.world):
             if s == self.rank:
@@ -161,15 +164,15 @@ class RemoteSlices:
             for x in self._round(t, s):
                 if owner(x, self.world) == self.rank:
                     src = self.owned[x].to(self.comm_device).contiguous()
-                    works.append(dist.isend(src, self._peer(s), group=self.group, tag=tag0 + x))
+                    ops.append(dist.P2POp(dist.isend, src, self._peer(s), self.group, tag0 + x))
                     sent += src.numel() * 8
         for x in self._round(t, self.rank):
             r = owner(x, self.world)
             if r != self.rank:
                 buf = torch.empty((self.nvir,) * 3, dtype=torch.float64, device=self.comm_device)
-                works.append(dist.irecv(buf, self._peer(r), group=self.group, tag=tag0 + x))
+                ops.append(dist.P2POp(dist.irecv, buf, self._peer(r), self.group, tag0 + x))
                 bufs[x] = buf
-        return works, bufs, sent
+        return (dist.batch_isend_irecv(ops) if ops else []), bufs, sent
 
     def prefetch(self, t: int, misses: Sequence[int]) -> None:
         self._pending[t] = self._wrap(lambda: self._post(t))

@@ -171,8 +171,7 @@ def init_distributed(
         raise DistributedError(f"malformed torchrun environment: {exc}") from None
     dev = pick_device(device, auto=auto)
     if dev.type == "cuda":
-        dev = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(dev)
+        dev = local_cuda_device(local_rank)
     backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
     if backend == "nccl" and dev.type != "cuda":
         raise DistributedError("backend 'nccl' needs CUDA devices; use gloo on the CPU")
@@ -183,6 +182,22 @@ def init_distributed(
             kwargs["device_id"] = dev
         dist.init_process_group(**kwargs)
     return DistContext(rank, world, local_rank, dev, backend)
+
+
+def local_cuda_device(local_rank: int) -> torch.device:
+    """This rank's GPU, ``cuda:LOCAL_RANK``, made the current device (so that NCCL and object collectives use
+    it).  A machine with fewer GPUs than ranks is one clear error (two ranks on one GPU: NCCL refuses them).
+
+    Raises:
+        DistributedError: ``local_rank`` has no GPU of its own.
+    """
+    n = torch.cuda.device_count()
+    if local_rank >= n:
+        raise DistributedError(f"local rank {local_rank} has no GPU of its own: this machine has {n}; start at most "
+                               f"{n} rank(s) per machine on CUDA (--nproc {n}), or run on the CPU")
+    dev = torch.device("cuda", local_rank)
+    torch.cuda.set_device(dev)
+    return dev
 
 
 def _bind_functional_collectives_before_init() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from torchhpc.ext.core.device import pick_device
-from torchhpc.ext.core.distributed import DistContext
+from torchhpc.ext.core.distributed import DistContext, local_cuda_device
 from torchhpc.ext.core.errors import InputError
 from torchhpc.ext.core.paths import check_input
 
@@ -308,6 +308,15 @@ def best_settings(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "min_psnr": None}) for c in tried]
 
 
+def sweep_device(cfg: SweepConfig, ctx: DistContext | None) -> torch.device:
+    """Where this rank compresses: ``cfg.dist.device``; on CUDA under torchrun its own GPU (``cuda:LOCAL_RANK``:
+    the job's process group is gloo on the CPU, so nothing else picks it)."""
+    device = pick_device(cfg.dist.device)
+    if device.type == "cuda" and ctx is not None and ctx.world_size > 1:
+        device = local_cuda_device(ctx.local_rank)
+    return device
+
+
 def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None,
               inputs: tuple[dict[str, torch.Tensor], float | None] | None = None) -> dict[str, Any]:
     """Run the sweep of ``cfg`` into ``run`` (a :class:`~torchhpc.ext.core.runs.Run`); this rank's slice
@@ -321,7 +330,7 @@ def run_sweep(cfg: SweepConfig, run, ctx: DistContext | None = None,
     from . import cinema
 
     rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
-    device = pick_device(cfg.dist.device)
+    device = sweep_device(cfg, ctx)
     fields, box = load_input(cfg) if inputs is None else inputs
     settings = sweep_settings(cfg)
     ref = original_analyses(cfg, fields, box)

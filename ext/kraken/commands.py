@@ -93,12 +93,9 @@ def train(cfg: KrakenConfig, verbose: bool = True) -> int:
         if resuming:
             check_resumable(cfg, run_dir, world)
             upto = None
-            if sharded:  # every rank must restart from the same step, whatever a crash left behind
-                import torch.distributed as dist
-
-                newest = torch.tensor([restorable_step(run_dir / "checkpoints" / f"rank{rank}")])
-                dist.all_reduce(newest, op=dist.ReduceOp.MIN)
-                upto = int(newest)
+            if sharded:  # every rank must restart from the same step, whatever a crash left behind (the least of
+                # the ranks' newest, reduced on the job's device: NCCL takes no CPU tensor)
+                upto = int(-ctx.max(-float(restorable_step(run_dir / "checkpoints" / f"rank{rank}"))))
             trainer.restore(run_dir / "checkpoints" / (f"rank{rank}" if sharded else ""), upto, drop_later=False)
             if trainer.step >= last:
                 if verbose and rank == 0:

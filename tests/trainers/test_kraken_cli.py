@@ -56,7 +56,8 @@ def test_train_then_serve(cli_here, tmp_path):
 @pytest.mark.distributed
 def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
     """`kraken train --nproc 2` relaunches the job on 2 torchrun ranks: one checkpoint folder per rank, a
-    summary of world 2, and a resume with another number of processes is refused in one line."""
+    summary of world 2; a resume with another number of processes is refused in one line, one with 2 goes on
+    from the step every rank has (agreed by a reduction on the job's device)."""
     args = ["kraken", "train", "--config", DEBUG, "--run.root", str(tmp_path), "--run.run-id", "s",
             "--set", "run.progress=false", "--train.steps", "10", "--set", "tables.max_rows=100000"]
     res = cli(*args, "--nproc", "2", timeout=240)
@@ -66,6 +67,9 @@ def test_train_with_nproc_shards_over_torchrun_ranks(cli, tmp_path):
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["rank0", "rank1"]
     res = cli(*args, "--run.resume", "--train.steps", "20", timeout=120)
     assert res.returncode == 1 and "written by 2 rank(s)" in res.stderr and "--nproc 2" in res.stderr
+    res = cli(*args, "--nproc", "2", "--run.resume", "--train.steps", "14", timeout=240)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["steps"] == 14
 
 
 @pytest.mark.parametrize("args,words", [

@@ -295,3 +295,30 @@ def test_nproc_checks_the_budget_before_launching(water, monkeypatch, capsys):
     assert main(["ccsdt", "--inputs", str(water["npz"]), "--nproc", "2", "--max-memory", "0.3"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "even out of core" in err[0]
+
+
+def test_a_rounds_slices_cross_in_one_batch(monkeypatch):
+    """Two ranks that miss each other's slices in the same round: each rank's sends and receives of the round
+    go in one ``batch_isend_irecv`` (NCCL ignores tags and runs a pair's traffic in posting order, so a rank that
+    sent before receiving, as each did, would wait on its peer doing the same: slices of v^3 doubles do not fit
+    its buffers), and a pair's slices go in the same order on both sides."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+
+    from torchhpc.ext.ccsdt.distributed import RemoteSlices
+
+    monkeypatch.setattr(dist, "P2POp", lambda op, tensor, peer, group, tag: SimpleNamespace(op=op, peer=peer, tag=tag))
+    misses = [[[1, 3]], [[0, 2]]]  # rank 0 misses slices 1 and 3 (rank 1's), rank 1 misses 0 and 2 (rank 0's)
+    posted = {}
+    for rank in (0, 1):
+        monkeypatch.setattr(dist, "get_rank", lambda group=None, r=rank: r)
+        monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+        batches = []
+        monkeypatch.setattr(dist, "batch_isend_irecv", lambda ops, b=batches: b.append(ops) or [])
+        owned = {x: torch.full((3, 3, 3), float(x), dtype=torch.float64) for x in range(4) if x % 2 == rank}
+        RemoteSlices(owned, misses, 4, 3, None, 5.0, torch.device("cpu")).prefetch(0, misses[rank][0])
+        assert len(batches) == 1
+        posted[rank] = [(op.op.__name__, op.peer, op.tag) for op in batches[0]]
+    assert posted[0] == [("isend", 1, 0), ("isend", 1, 2), ("irecv", 1, 1), ("irecv", 1, 3)]
+    assert posted[1] == [("isend", 0, 1), ("isend", 0, 3), ("irecv", 0, 0), ("irecv", 0, 2)]

@@ -77,3 +77,26 @@ def test_cuda_free_bytes_counts_the_allocators_cache(monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
     assert cuda_free_bytes("cuda") == 36 * gib
     assert memory_budget_mb(None, "cuda") == 0.8 * 36 * 1024
+
+
+def test_each_rank_takes_its_own_gpu_or_one_clear_error(monkeypatch):
+    """Under torchrun on CUDA a rank computes on cuda:LOCAL_RANK, made current (foresight's sweep, whose process
+    group is gloo on the CPU, put every rank on cuda:0); more ranks than GPUs on a machine is one error (it
+    wrapped around, and NCCL refused two ranks on one GPU with its own message)."""
+    from torchhpc.ext.core.distributed import DistContext, local_cuda_device
+    from torchhpc.ext.core.errors import DistributedError
+    from torchhpc.ext.foresight.config import SweepConfig
+    from torchhpc.ext.foresight.sweep import sweep_device
+
+    current = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", current.append)
+    assert local_cuda_device(1) == torch.device("cuda", 1) and current == [torch.device("cuda", 1)]
+    with pytest.raises(DistributedError, match="local rank 2 has no GPU of its own: this machine has 2"):
+        local_cuda_device(2)
+    cfg = SweepConfig()
+    cfg.dist.device = "cuda"
+    ctx = DistContext(3, 4, 1, torch.device("cpu"), "gloo")  # the sweep's ranks gather over gloo
+    assert sweep_device(cfg, ctx) == torch.device("cuda", 1)
+    assert sweep_device(cfg, None).type == "cuda"
