@@ -513,7 +513,7 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
     for p in range(NPHASES):
         t0 = time.perf_counter()
         sends, recvs = schedule[p]
-        ops, inbox, shm_in = [], [], []
+        ops, inbox, shm_in, tails = [], [], [], []
         for peer, ids in recvs.items():
             total = int(nbytes[ids].sum())
             if total == 0:
@@ -523,9 +523,14 @@ def _execute(send, graph: ProcessGraph, plan: Plan, dtype, feat, rows):
                 shm_in.append((peer, ids, total))
                 continue
             buf = torch.empty(total, dtype=torch.uint8, device=graph.device)
-            ops += _p2p(dist.irecv, buf, graph, peer, emulate if node[peer] != node[me] else None)
+            paced = emulate if node[peer] != node[me] else None
+            *now, last = _p2p(dist.irecv, buf, graph, peer, paced)
+            # a paced message's tail is received in the batch its sender sends it in: NCCL ignores tags and runs
+            # each batch as one group, so a first batch waiting for tails that come in the second never ends
+            ops += now
+            (tails if paced is not None else ops).append(last)
             inbox.append((buf, ids))
-        tails, inter, shm_out = [], 0, []
+        inter, shm_out = 0, []
         for peer, ids in sends.items():
             parts = [held.pop(int(e)) for e in ids]
             if int(nbytes[ids].sum()) == 0:

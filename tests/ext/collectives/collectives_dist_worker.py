@@ -76,7 +76,20 @@ def exchange(out: Path, seed: int, rank: int, size: int) -> None:
     # the emulated slow path paces inter-node messages as bulk + tail: a 5-byte tail cuts rows mid-element
     paced = ProcessGraph(sources, destinations, ranks_per_node=2, min_split_bytes=8,
                          emulate=EmulatedNetwork(1e9, tail_bytes=5))
-    got = neighbor_alltoallv(send, paced, algo="law-h")
+    import torch.distributed as dist
+
+    batches, real = [], dist.batch_isend_irecv  # what each batch posts: NCCL matches batches, not tags
+
+    def recorded(ops):
+        batches.append([(op.op.__name__, int(op.peer), int(op.tensor.numel())) for op in ops])
+        return real(ops)
+
+    dist.batch_isend_irecv = recorded
+    try:
+        got = neighbor_alltoallv(send, paced, algo="law-h")
+    finally:
+        dist.batch_isend_irecv = real
+    (out / f"emulated-batches-{seed}-rank{rank}.json").write_text(json.dumps(batches))
     np.savez(out / f"emulated-{seed}-rank{rank}.npz", sources=np.array(sources, dtype=np.int64),
              **{f"from{s}": g.numpy() for s, g in zip(sources, got, strict=True)})
 

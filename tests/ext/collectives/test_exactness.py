@@ -45,6 +45,24 @@ def test_every_algorithm_receives_the_brute_force_messages(torch_run):
                     assert got[s].dtype == np.int32 and np.array_equal(got[s], want), (algo, seed, rank, s)
 
 
+def test_emulated_tails_go_in_the_batch_their_peer_sends_them_in(torch_run):
+    """On the emulated slow path each message's tail is sent after the sender's injection time, in a second
+    batch.  NCCL ignores tags and runs each batch as one group: the k-th batch of a rank that involves a peer
+    must receive, in order and size, what the peer's k-th batch involving it sends (a first batch that also
+    waited for the tails, which come in the peer's second, would never end: both ranks hang)."""
+    for seed in SEEDS:
+        batches = [json.loads((torch_run / f"emulated-batches-{seed}-rank{r}.json").read_text()) for r in range(NPROC)]
+
+        def with_peer(rank, peer, kind):  # per batch of `rank` that involves `peer`: its ops of `kind` with it
+            return [[n for k, p, n in b if p == peer and k == kind] for b in batches[rank]
+                    if any(p == peer for _, p, _ in b)]
+
+        pairs = [(a, b) for a in range(NPROC) for b in range(NPROC) if a != b and with_peer(a, b, "isend")]
+        assert pairs and any(len(with_peer(a, b, "isend")) > 1 for a, b in pairs)  # some tails were paced
+        for a, b in pairs:
+            assert with_peer(a, b, "isend") == with_peer(b, a, "irecv"), (seed, a, b)
+
+
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed (make setup)")
 def test_every_algorithm_equals_open_mpi_neighbor_alltoallv(torch_run, tmp_path):
     """Byte-identical to MPI_Neighbor_alltoallv of Open MPI on the same graphs and messages."""
