@@ -53,7 +53,7 @@ def test_emulated_tails_go_in_the_batch_their_peer_sends_them_in(torch_run):
     for seed in SEEDS:
         batches = [json.loads((torch_run / f"emulated-batches-{seed}-rank{r}.json").read_text()) for r in range(NPROC)]
 
-        def with_peer(rank, peer, kind):  # per batch of `rank` that involves `peer`: its ops of `kind` with it
+        def with_peer(rank, peer, kind, batches=batches):  # per batch of `rank` involving `peer`: its `kind` ops
             return [[n for k, p, n in b if p == peer and k == kind] for b in batches[rank]
                     if any(p == peer for _, p, _ in b)]
 
