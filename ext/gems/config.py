@@ -93,7 +93,7 @@ class GemsDist(DistOptions):
     """
 
     device: str = option("cpu", flag="--device", help="cpu | cuda | auto: where the stages run and the blocks are "
-                         "profiled for the split (gloo on cpu, NCCL on cuda)", choices=["cpu", "cuda", "auto"])
+                         "profiled for the split (several processes: cpu, over gloo)", choices=["cpu", "cuda", "auto"])
     threads: int = option(1, flag="--threads", help="torch threads per rank (0: torch's default)", ge=0)
     nproc: int | None = option(None, flag="--nproc", ge=1,
                                help="processes under torchrun (must equal pipeline.stages x pipeline.groups; "

@@ -143,10 +143,17 @@ def check_job(cfg: GemsConfig, world: int) -> None:
 
     Raises:
         DistributedError: the world size is not ``stages x groups``.
-        InputError: the data folder, or a resume that changes the model (naming the key).
+        InputError: the data folder, or a resume that changes the model (naming the key), or several
+            processes on CUDA.
         ConfigError: as :func:`build_data`.
     """
     p = cfg.pipeline
+    if world > 1 and (cfg.dist.device == "cuda" or (cfg.dist.device == "auto" and torch.cuda.is_available())):
+        # the runtime pre-posts each repetition's receives and tells messages apart by their tags (gloo); NCCL
+        # ignores tags and runs a pair's traffic in posting order: its ranks would wait on each other
+        raise InputError("gems on several processes runs on the CPU (--device cpu, gloo): its pipeline's "
+                         "point-to-point schedule relies on message tags, which NCCL does not match (the ranks "
+                         "would wait on each other); on a GPU, run one process (--nproc 1)")
     if world != cfg.world_size:
         raise DistributedError(
             f"world size {world} does not fit the config: pipeline.stages = {p.stages} x "

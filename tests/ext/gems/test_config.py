@@ -110,3 +110,24 @@ def test_master_repeats_mast_twice_unless_told():
     assert load_config(GemsConfig, DEBUG, ["pipeline.schedule=master"]).pipeline.eta == 2
     assert load_config(GemsConfig, DEBUG).pipeline.eta == 1
     assert load_config(GemsConfig, DEBUG, ["pipeline.schedule=master", "pipeline.eta=3"]).pipeline.eta == 3
+
+
+def test_several_processes_on_cuda_are_refused_before_the_process_group(monkeypatch):
+    """The pipeline's point-to-point schedule tells messages apart by tags (gloo); NCCL does not match tags
+    and its ranks would wait on each other: several processes on CUDA (or auto with a GPU) are one error
+    before any process group exists; one process on CUDA, and several on the CPU, pass this check."""
+    import torch
+
+    from torchhpc.ext.core.errors import InputError
+    from torchhpc.ext.gems import training
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(training, "build_data", lambda cfg: None)  # (the data is not what this checks)
+    cfg = load_config(GemsConfig, DEBUG, ["run.run_id=null"])
+    for device in ("cuda", "auto"):
+        cfg.dist.device = device
+        with pytest.raises(InputError, match="several processes runs on the CPU"):
+            training.check_job(cfg, cfg.world_size)
+    if cfg.world_size > 1:
+        cfg.dist.device = "cpu"
+        training.check_job(cfg, cfg.world_size)
