@@ -116,3 +116,25 @@ def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill, 
         assert torch.equal(cpu.running, gpu.running.cpu())
     for name, values in cpu.metrics().items():
         np.testing.assert_allclose(np.asarray(gpu.metrics()[name].cpu()), np.asarray(values), rtol=1e-12)
+
+
+def test_collectives_halo_spmm_on_an_nccl_group(tmp_path):
+    """HaloSpMM on an NCCL group (one rank here): its set-up's index work stays on the host, the local matrix
+    and the row lists go to the graph's device, and the product is A @ X on the GPU (before, `cols.numpy()`
+    and a CPU matrix met CUDA tensors)."""
+    import torch.distributed as dist
+
+    from torchhpc.ext.collectives.apps import HaloSpMM, block_bounds
+
+    dist.init_process_group("nccl", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1,
+                            device_id=torch.device("cuda", 0))
+    try:
+        gen = torch.Generator().manual_seed(4)
+        a = torch.randn(30, 30, generator=gen, dtype=torch.float64).relu()
+        x = torch.randn(30, 4, generator=gen, dtype=torch.float64)
+        op = HaloSpMM(a.to_sparse(), block_bounds(30, 1))
+        y = op(x.cuda())
+        assert y.device.type == "cuda"
+        torch.testing.assert_close(y.cpu(), a @ x, rtol=1e-12, atol=1e-12)
+    finally:
+        dist.destroy_process_group()

@@ -39,7 +39,8 @@ class HaloSpMM:
     """``Y_r = (A @ X)_r`` for this rank's row block, with the halo rows of ``X`` from a neighbourhood all-to-all.
 
     Args:
-        a_rows: this rank's rows of ``A``, a sparse (COO/CSR) or dense tensor ``(n_r, n)``.
+        a_rows: this rank's rows of ``A``, a sparse (COO/CSR) or dense tensor ``(n_r, n)``, on any device; ``X``
+            and the product live on the graph's device (CUDA under NCCL, the CPU under gloo).
         bounds: ``P + 1`` row boundaries (:func:`block_bounds`), the same on every rank.
         group, **graph_options: passed to :class:`ProcessGraph` (``ranks_per_node``, ``algo``, ...).
 
@@ -56,6 +57,7 @@ class HaloSpMM:
                              f"({hi - lo}, {n}) from bounds of {size} blocks")
         coo = (a_rows.to_sparse() if not a_rows.is_sparse and a_rows.layout == torch.strided else a_rows)
         coo = coo.to_sparse_coo().coalesce() if coo.layout != torch.sparse_coo else coo.coalesce()
+        coo = coo.cpu()  # the set-up's index work on the host; the matrix and the row lists then go to the graph's device
         rows, cols = coo.indices()
         owner = np.searchsorted(np.asarray(bounds[1:]), cols.numpy(), side="right")
         # the halo: columns outside my block, grouped by owning rank, ascending
@@ -79,7 +81,8 @@ class HaloSpMM:
                                         (hi - lo, hi - lo + len(ordered_halo)), check_invariants=True)
         with warnings.catch_warnings():  # (torch says on every CSR tensor that its support is in beta)
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta", category=UserWarning)
-            self.a_local = local.coalesce().to_sparse_csr()
+            self.a_local = local.coalesce().to_sparse_csr().to(self.graph.device)
+        self.send_rows = [idx.to(self.graph.device) for idx in self.send_rows]
         self.n_local = hi - lo
         self.halo_size = len(ordered_halo)
 
