@@ -285,7 +285,7 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool, announce: boo
     from torchhpc.ext.core.distributed import distributed
     from torchhpc.ext.core.errors import DistributedError
 
-    from .distributed import owner, triples_energy_distributed
+    from .distributed import owner, triples_energy_distributed, wire_device
     from .io import TriplesInputs, save_inputs
 
     _refuse_triton(options)
@@ -320,7 +320,7 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool, announce: boo
         o, v = small["t1"].shape
         # the integral slices go to their owners only: no rank but 0 ever holds the whole (ia|bc)
         owned = {}
-        wire = ctx.device if ctx.backend == "nccl" else torch.device("cpu")  # NCCL moves CUDA tensors only
+        wire = wire_device(ctx.backend, ctx.device)
         try:
             for x in range(o):
                 r = owner(x, world)
@@ -328,6 +328,8 @@ def _compute_distributed(options: CCSDTOptions, *, progress: bool, announce: boo
                     owned[x] = torch.as_tensor(inputs.ovvv[x])
                 elif rank == 0:
                     dist.send(torch.as_tensor(np.ascontiguousarray(inputs.ovvv[x])).to(wire), dst=r)
+                    if wire.type == "cuda":  # NCCL's send returns before the bytes left: one slice on the GPU at a time
+                        torch.cuda.synchronize(wire)
                 elif r == rank:
                     owned[x] = torch.empty((v, v, v), dtype=torch.float64, device=wire)
                     dist.recv(owned[x], src=0)

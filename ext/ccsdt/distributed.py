@@ -125,6 +125,14 @@ def exchange_plan(work: WorkAssignment, nocc: int, capacity: int, block_triples:
     return misses, max((len(m) for m in misses), default=0)
 
 
+def wire_device(backend: str, device: torch.device) -> torch.device:
+    """Where tensors cross between ranks: gloo on the CPU; NCCL moves CUDA tensors only, so on this rank's GPU
+    (the current one) even where the (T) itself runs on the CPU."""
+    if backend != "nccl":
+        return torch.device("cpu")
+    return device if device.type == "cuda" else torch.device("cuda", torch.cuda.current_device())
+
+
 class RemoteSlices:
     """The provider of one rank: its own slices in place, the others received from their owners.
 
@@ -134,7 +142,7 @@ class RemoteSlices:
     """
 
     def __init__(self, owned: Mapping[int, torch.Tensor], misses: list[list[list[int]]], nocc: int, nvir: int,
-                 group, timeout_s: float, comm_device: torch.device):
+                 group, timeout_s: float, comm_device: torch.device, device: torch.device | None = None):
         self.owned = owned
         self.misses = misses
         self.nocc, self.nvir = nocc, nvir
@@ -144,6 +152,7 @@ class RemoteSlices:
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.timeout_s = timeout_s
         self.comm_device = comm_device
+        self.device = device if device is not None else comm_device  # where the (T) reads the slices
         self._pending: dict[int, tuple[list, dict[int, torch.Tensor], int]] = {}
 
     def _peer(self, r: int) -> int:
@@ -198,7 +207,7 @@ class RemoteSlices:
         got = {}
         for x in misses:
             if x in bufs:
-                got[x] = bufs[x]
+                got[x] = bufs[x].to(self.device)
                 stats.remote_fetches += 1
                 stats.bytes_fetched += slice_bytes(self.nvir)
             else:
@@ -310,8 +319,8 @@ def triples_energy_distributed(
     layout = sliced_layout(o, v, max(1, ntri), budget, block_triples, dev.type)
     misses, rounds = exchange_plan(work, o, layout.capacity, layout.block_triples)
     backend = dist.get_backend(group)
-    comm_device = dev if backend == "nccl" else torch.device("cpu")
-    provider = RemoteSlices(owned, misses, o, v, group, timeout_s, comm_device)
+    comm_device = wire_device(backend, dev)
+    provider = RemoteSlices(owned, misses, o, v, group, timeout_s, comm_device, dev)
     X = PairOperands(t1, t2, ovoo, ovov, fock_ov)
     run = run_sliced(X, t2, work.triples[rank], work.weights[rank], mo_energy, layout, provider, rounds=rounds,
                      progress=progress, fused=sliced_epilogue("auto", t1, t2, ovov, fock_ov, mo_energy))

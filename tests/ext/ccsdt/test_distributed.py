@@ -322,3 +322,15 @@ def test_a_rounds_slices_cross_in_one_batch(monkeypatch):
         posted[rank] = [(op.op.__name__, op.peer, op.tag) for op in batches[0]]
     assert posted[0] == [("isend", 1, 0), ("isend", 1, 2), ("irecv", 1, 1), ("irecv", 1, 3)]
     assert posted[1] == [("isend", 0, 1), ("isend", 0, 3), ("irecv", 0, 0), ("irecv", 0, 2)]
+
+
+def test_slices_cross_on_the_gpu_under_nccl_wherever_the_triples_run(monkeypatch):
+    """NCCL moves CUDA tensors only: under NCCL the slices travel on the rank's current GPU even when the (T)
+    runs on the CPU (a library call with NumPy inputs and no device sent CPU tensors); gloo: the CPU."""
+    from torchhpc.ext.ccsdt.distributed import wire_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert wire_device("nccl", torch.device("cpu")) == torch.device("cuda", 3)
+    assert wire_device("nccl", torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert wire_device("gloo", torch.device("cuda", 1)) == torch.device("cpu")
+    assert wire_device(None, torch.device("cpu")) == torch.device("cpu")
