@@ -12,8 +12,8 @@ and the wall-clock of one PPO epoch (rollout and update split) of configs/sched/
 and, per backfilling mode, the bare simulators (no observation) on 256-job windows with random valid actions:
 the per-window reference ``ClusterSimulator`` (the anchor) against ``BatchedClusterSimulator`` advancing
 ``--windows`` windows at once — its torch path (lock-step tensor ops), its compiled numba path (every window
-its own event loop, windows over threads) and, on a GPU, its Triton path (one program per window, one launch
-a decision) — decisions/s of each and their ratio.
+its own event loop, windows over threads) and, on a GPU, its Triton path (one program per window, two launches
+and one host sync a decision) — decisions/s of each and their ratio.
 
     python benchmarks/sched.py [--trace ../shared/data/swf/lublin_256.swf] [--envs 32] [--windows 1024] [--out runs/bench]
 """

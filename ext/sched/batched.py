@@ -25,7 +25,7 @@ How the event-by-event reference is reproduced exactly:
 **Compiled paths**: every window runs the reference's own event loop, backfilling included, so no window
 waits for another's events.  ``backend="numba"`` (the default on the CPU where numba is installed): in
 machine code, windows split over threads (:mod:`.batched_kernels`), on numpy arrays that the tensors above
-share memory with.  ``backend="triton"`` (the default on CUDA): one program per window, one launch and one
+share memory with.  ``backend="triton"`` (the default on CUDA): one program per window, two launches and one
 host sync a decision (:mod:`torchhpc.triton_kernels.sched`), on the same state as device tensors.  The
 tensor path remains where neither runs.
 
