@@ -3,7 +3,8 @@
 The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filter on a real pair,
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
 codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
-either device to the same values; nvCOMP's frames decode on the host)
+either device to the same values, and the CPU's codec writes the same bytes on the GPU; nvCOMP's frames
+decode on the host)
 and sched's batched simulator (its Triton and torch paths on CUDA make the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
@@ -32,6 +33,8 @@ def test_foresight_codec_on_cuda_equals_the_cpu(shape, dtype):
     assert on_gpu.payload == on_cpu.payload  # one format, whichever device wrote it
     planes = comp.compress(x, mode="abs", bound=1e-3)  # the CPU's own codec
     assert planes.meta["codec"] == "planes"
+    # the CPU codec on the GPU: the predictor's choice is integer arithmetic, so the same choice and bytes
+    assert comp.compress(x.cuda(), mode="abs", bound=1e-3, codec="planes").payload == planes.payload
     ys = []
     for c in (on_gpu, planes):
         for device in ("cpu", "cuda"):

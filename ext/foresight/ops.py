@@ -252,8 +252,23 @@ PREDICTORS = ("auto", "lorenzo", "interp", "cubic")
 
 def choose_predictor(q: torch.Tensor, sample: int = 64) -> str:
     """SZ3's rule, on a sample: the predictor (lorenzo or interp) whose residuals on a central block of
-    at most ``sample^3`` codes have the smaller mean ``log2(1 + |r|)`` (a cheap entropy proxy)."""
+    at most ``sample^3`` codes have the smaller total ``log2(1 + |r|)`` (a cheap entropy proxy; lorenzo on a
+    tie), summed as :func:`log2_cost` integers, so every device and summation order picks the same one."""
     return _choose(q, sample)[0]
+
+
+LOG2_COST_BITS = 16
+"""Fraction bits of :func:`log2_cost`."""
+
+
+def log2_cost(r: torch.Tensor) -> int:
+    """``sum(log2(1 + |r|))`` of integer residuals as an exact integer in units of ``2**-LOG2_COST_BITS``,
+    by Mitchell's piecewise-linear ``log2`` (at most 0.086 below the true value): ``1 + |r|`` as float64 is
+    ``2**E * (1 + f)``, and ``log2`` is taken as ``E + f``, whose fixed-point value is the float's exponent and
+    top mantissa bits, read from its bits by one shift.  A float ``log2`` and a float sum differ in their last
+    bits between devices and summation orders, and on a near-tie would pick the other predictor there."""
+    bits = (1 + r.abs()).to(torch.float64).view(torch.int64) >> (52 - LOG2_COST_BITS)
+    return int(bits.sum()) - 1023 * (1 << LOG2_COST_BITS) * r.numel()
 
 
 def _choose(q: torch.Tensor, sample: int = 64) -> tuple[str, torch.Tensor | None]:
@@ -265,7 +280,7 @@ def _choose(q: torch.Tensor, sample: int = 64) -> tuple[str, torch.Tensor | None
     for axis in range(3):
         d = torch.diff(d, dim=axis, prepend=torch.zeros_like(d.narrow(axis, 0, 1)))
     residuals = {"lorenzo": d, "interp": interp_residuals(block, cubic=False)}
-    cost = {name: float(torch.log2(1.0 + r.abs().to(torch.float32)).mean()) for name, r in residuals.items()}
+    cost = {name: log2_cost(r) for name, r in residuals.items()}
     name = min(cost, key=cost.get)
     return name, (residuals[name].reshape(-1) if block.shape == q.shape else None)
 
@@ -526,6 +541,6 @@ def interp_reconstruct(r: torch.Tensor, shape: tuple[int, int, int], cubic: bool
     return q
 
 
-__all__ = ["PREDICTORS", "as_volume", "choose_predictor", "decode_residuals", "exact_values", "encode_residuals", "interp_reconstruct",
-           "interp_residuals", "lorenzo_decode", "lorenzo_encode", "lorenzo_quantize", "lorenzo_reconstruct",
+__all__ = ["LOG2_COST_BITS", "PREDICTORS", "as_volume", "choose_predictor", "decode_residuals", "exact_values", "encode_residuals", "interp_reconstruct",
+           "interp_residuals", "log2_cost", "lorenzo_decode", "lorenzo_encode", "lorenzo_quantize", "lorenzo_reconstruct",
            "pack_sections", "unpack_sections", "zstd_compress", "zstd_decompress"]
