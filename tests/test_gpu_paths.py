@@ -4,7 +4,7 @@ The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filt
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
 codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
 either device to the same values, and the CPU's codec writes the same bytes on the GPU; nvCOMP's frames
-decode on the host)
+decode on the host), pliner's graph engine on CUDA (autocast's dtypes, factory ops on the GPU)
 and sched's batched simulator (its Triton and torch paths on CUDA make the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
@@ -119,6 +119,39 @@ def test_sched_batched_simulator_on_cuda_equals_the_compiled_cpu_path(backfill, 
         assert torch.equal(cpu.running, gpu.running.cpu())
     for name, values in cpu.metrics().items():
         np.testing.assert_allclose(np.asarray(gpu.metrics()[name].cpu()), np.asarray(values), rtol=1e-12)
+
+
+class _CausalScores(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        t = x.shape[1]
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()  # a factory op in the captured graph
+        return (self.lin(x) @ x.transpose(1, 2)).masked_fill(~mask, -1e4).softmax(-1)
+
+
+def test_pliner_on_cuda_casts_back_to_cuda_autocast_dtypes_and_builds_tensors_there():
+    """pliner's graph engine on a CUDA problem: the cast-back dtypes are CUDA autocast's (log_softmax stays
+    float32 there, bf16 under the CPU's), so enhancing everything fixes the model; a mask built on the input's
+    device is built on the GPU; a model built on the GPU runs the CPU reference."""
+    from torchhpc.ext.pliner import GraphProgram, find, parse_precision
+
+    torch.manual_seed(0)
+    clf = torch.nn.Sequential(torch.nn.Linear(16, 10), torch.nn.LogSoftmax(-1)).eval()
+    x = torch.randn(8, 16)
+    prog = GraphProgram(clf, (x,), parse_precision("cuda+autocast-bf16"))
+    dtypes = prog.plain_dtypes()
+    soft = [n.name for n in prog.gm.graph.nodes if "log_softmax" in str(n.target)]
+    assert soft and all(dtypes[n] == torch.float32 for n in soft)
+    res = find(clf, x, problem="cuda+autocast-bf16")
+    assert res.status in ("found", "no_divergence")
+    assert res.error_all is None or res.error_all <= res.tol
+    on_gpu = find(clf.cuda(), x, reference="fp32", problem="cuda+autocast-bf16")
+    assert on_gpu.status == res.status and on_gpu.error_before == pytest.approx(res.error_before, rel=1e-9)
+    causal = find(_CausalScores().eval(), torch.randn(2, 8, 16), problem="cuda+autocast-bf16", tol=1e-6)
+    assert causal.engine == "graph" and causal.status != "not_fixable"
 
 
 def test_collectives_halo_spmm_on_an_nccl_group(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import time
 from collections.abc import Callable, Sequence
 
@@ -84,10 +85,16 @@ def to_device(x, device: str):
     return tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, x)
 
 
+def elsewhere(module: torch.nn.Module, device: str) -> bool:
+    """Whether a parameter or buffer of ``module`` lives on another device type than ``device``."""
+    return any(t.device.type != device for t in itertools.chain(module.parameters(), module.buffers()))
+
+
 def prepare(fn: Callable, cfg: Precision) -> Callable:
-    """``fn`` as ``cfg`` runs it: moved to its device, wrapped by torch.compile when asked."""
+    """``fn`` as ``cfg`` runs it: moved to its device (either way: a model built on the GPU runs a CPU
+    configuration on the CPU), wrapped by torch.compile when asked."""
     check_device(cfg)
-    if isinstance(fn, torch.nn.Module) and cfg.device != "cpu":
+    if isinstance(fn, torch.nn.Module) and elsewhere(fn, cfg.device):
         fn = copy.deepcopy(fn).to(cfg.device)  # Module.to moves in place: leave the user's model where it is
     if cfg.backend == "compile":
         torch._dynamo.reset()  # every enhanced variant is a new program: compile it afresh
@@ -193,5 +200,5 @@ class RunBudgetExceeded(RuntimeError):
     """The search used its ``max_runs``."""
 
 
-__all__ = ["Oracle", "RunBudgetExceeded", "TF32Emulation", "check_device", "divergence", "flat_outputs",
+__all__ = ["Oracle", "RunBudgetExceeded", "TF32Emulation", "check_device", "divergence", "elsewhere", "flat_outputs",
            "precision_context", "prepare", "round_to_tf32", "run_config"]

@@ -32,7 +32,7 @@ from torch.fx import Node
 from torch.utils._pytree import tree_flatten
 
 from .config import Precision
-from .oracle import precision_context, run_config
+from .oracle import elsewhere, precision_context, run_config, to_device
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
@@ -106,6 +106,22 @@ def _floating(val) -> bool:
     return False
 
 
+def _retarget(graph: torch.fx.Graph, device: str) -> None:
+    """Point the graph's CPU device arguments (``aten.ones(..., device=cpu)``: what export recorded for a
+    ``device=x.device`` in the model, captured on the CPU) at ``device``, in place."""
+    if device == "cpu":
+        return
+    target = torch.device(device)
+
+    def move(a):
+        return target if isinstance(a, torch.device) and a.type == "cpu" else a
+
+    for n in graph.nodes:
+        if n.op == "call_function":
+            n.args = torch.fx.node.map_aggregate(n.args, move)
+            n.kwargs = torch.fx.node.map_aggregate(n.kwargs, move)
+
+
 class GraphProgram:
     """A model captured as an aten FX graph, enhanced node by node.
 
@@ -123,7 +139,10 @@ class GraphProgram:
 
     def __init__(self, model: torch.nn.Module, inputs: Sequence, problem: Precision):
         self.model, self.inputs, self.problem = model, tuple(inputs), problem
-        ep = torch.export.export(model, self.inputs, strict=False)
+        # captured on the CPU (a model built on the GPU is copied there): the graph's factory ops then say
+        # device=cpu, and every run elsewhere rewrites them to its device (_retarget)
+        here = copy.deepcopy(model).cpu() if elsewhere(model, "cpu") else model
+        ep = torch.export.export(here, to_device(self.inputs, "cpu"), strict=False)
         gm = ep.module()
         for n in list(gm.graph.nodes):
             if n.op == "call_module" and str(n.target).startswith("_guards") and not n.users:
@@ -177,10 +196,23 @@ class GraphProgram:
                 values[n.name] = out
                 return out
 
-        eager = Precision(autocast=cfg.autocast, matmul=cfg.matmul, deterministic=cfg.deterministic)
+        # on cfg's device, under its autocast: CUDA's keeps softmax, log_softmax, layer_norm, ... in float32
+        # where the CPU's runs them in bf16, so the cast-back dtypes must come from the device's own run
+        eager = Precision(autocast=cfg.autocast, matmul=cfg.matmul, deterministic=cfg.deterministic,
+                          device=cfg.device)
+        gm, inputs = self.on_device(cfg.device)
         with torch.no_grad(), precision_context(eager):
-            Recorder(self.gm).run(*self.flat_inputs)
+            Recorder(gm).run(*inputs)
         return values
+
+    def on_device(self, device: str) -> tuple[torch.fx.GraphModule, list]:
+        """The captured graph and its flat inputs on ``device`` (a copy, factory ops retargeted, off the CPU)."""
+        if device == "cpu":
+            return self.gm, to_device(self.flat_inputs, "cpu")
+        gm = copy.deepcopy(self.gm)
+        _retarget(gm.graph, device)
+        gm.recompile()
+        return gm.to(device), to_device(self.flat_inputs, device)
 
     def plain_dtypes(self) -> dict[str, torch.dtype]:
         """The dtype of every floating tensor node in a plain run of the problem configuration."""
@@ -235,6 +267,7 @@ class GraphProgram:
                 n.kwargs = torch.fx.node.map_arg(n.kwargs, fix)
                 if inside and isinstance(n.kwargs.get("dtype"), torch.dtype) and n.kwargs["dtype"].is_floating_point:
                     n.kwargs = {**n.kwargs, "dtype": f64}
+        _retarget(g, self.problem.device)
         g.lint()
         return torch.fx.GraphModule(self.gm, g)
 

@@ -42,7 +42,7 @@ def _rel(a, b) -> float:
         return 0.0
     if a.shape != b.shape:
         return float("inf")
-    a, b = a.double(), b.double()
+    a, b = a.double().cpu(), b.double().cpu()  # the reference and the problem may have run on two devices
     den = float(torch.linalg.vector_norm(a))
     num = float(torch.linalg.vector_norm(a - b))
     return num / den if den > 0 else num

@@ -99,3 +99,77 @@ def test_line_recipe_runs_those_lines_in_float64():
     h = torch.nn.functional.linear(x.bfloat16(), m.lin.weight.bfloat16(), m.lin.bias.bfloat16())
     want = ((h.double() + 300.0) * 1.5 - 450.0).to(torch.bfloat16)
     assert torch.equal(got, want)
+
+
+class Causal(torch.nn.Module):
+    """Scores masked by a causal mask the forward builds on its input's device (a factory op in the graph)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        t = x.shape[1]
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        return (self.lin(x) @ x.transpose(1, 2)).masked_fill(~mask, -1e4).softmax(-1)
+
+
+def _devices(gm: torch.fx.GraphModule) -> set:
+    found = set()
+    for n in gm.graph.nodes:
+        torch.fx.node.map_aggregate((n.args, n.kwargs), lambda a: found.add(a) if isinstance(a, torch.device) else a)
+    return found
+
+
+def test_a_graph_for_another_device_builds_its_tensors_there():
+    """Captured on the CPU, the graph's factory ops say ``device=cpu``; the enhanced graph of a CUDA problem says
+    cuda, and the graph moved to another device runs there (``meta`` stands in for a GPU; without the rewrite the
+    mask stays on the CPU: "Tensor on device meta is not on the expected device cpu")."""
+    m, x = Causal().eval(), torch.randn(2, 8, 16)
+    on_cpu = GraphProgram(m, (x,), parse_precision("tf32"))
+    assert _devices(on_cpu.enhanced_module(on_cpu.root().atoms)) == {torch.device("cpu")}
+    on_gpu = GraphProgram(m, (x,), parse_precision("cuda+tf32"))
+    assert _devices(on_gpu.gm) == {torch.device("cpu")}
+    on_gpu._dtypes = on_cpu.plain_dtypes()  # (recorded on the GPU in a real run; none here)
+    assert _devices(on_gpu.enhanced_module(on_gpu.root().atoms)) == {torch.device("cuda")}
+    gm, inputs = on_gpu.on_device("meta")
+    assert gm(*inputs).device.type == "meta"
+    assert _devices(on_gpu.gm) == {torch.device("cpu")}  # the captured graph itself is left as it was
+
+
+def test_the_plain_dtypes_come_from_a_run_on_the_problems_device(monkeypatch):
+    """The cast-back dtypes are recorded under the problem's own autocast: CUDA's keeps log_softmax in float32
+    where the CPU's runs it in bf16, so a trace under CPU autocast would cast the enhanced output back to bf16."""
+    import contextlib
+    import dataclasses
+
+    from torchhpc.ext.pliner import program as P
+
+    seen = []
+    real = P.precision_context
+
+    @contextlib.contextmanager
+    def recording(cfg):
+        seen.append((cfg.device, cfg.autocast))
+        with real(dataclasses.replace(cfg, device="cpu")):
+            yield
+
+    moved = []
+    monkeypatch.setattr(P, "precision_context", recording)
+    monkeypatch.setattr(P.GraphProgram, "on_device", lambda self, d: moved.append(d) or (self.gm, self.flat_inputs))
+    m = torch.nn.Sequential(torch.nn.Linear(16, 10), torch.nn.LogSoftmax(-1)).eval()
+    gp = GraphProgram(m, (torch.randn(8, 16),), parse_precision("cuda+autocast-bf16"))
+    assert gp.plain_dtypes()
+    assert seen == [("cuda", "bfloat16")] and moved == ["cuda"]
+
+
+def test_a_model_is_moved_to_the_configurations_device_whichever_way():
+    """A model built on another device (``meta`` standing in for the GPU) counts as elsewhere for a CPU run, so
+    ``prepare`` copies it over; a CPU model is elsewhere for a CUDA run and not for a CPU one."""
+    from torchhpc.ext.pliner.oracle import elsewhere
+
+    cpu = torch.nn.Linear(3, 3)
+    assert not elsewhere(cpu, "cpu") and elsewhere(cpu, "cuda")
+    assert elsewhere(torch.nn.Linear(3, 3, device="meta"), "cpu")
+    assert not elsewhere(torch.nn.ReLU(), "cuda")  # nothing to move
