@@ -4,7 +4,7 @@ The kernels' own compiled tests are in ``tests/triton_kernels`` (segalign's filt
 ccsdt's fused kernel, kraken's table-batched step); these cover the paths built from them: foresight's
 codec (a field compressed on the GPU is the CPU's block payload byte for byte, and either codec decodes on
 either device to the same values, and the CPU's codec writes the same bytes on the GPU; nvCOMP's frames
-decode on the host), pliner's graph engine on CUDA (autocast's dtypes, factory ops on the GPU)
+decode on the host), pliner's graph engine on CUDA (autocast's dtypes, factory ops on the GPU), gems' event clock
 and sched's batched simulator (its Triton and torch paths on CUDA make the compiled CPU path's decisions).
 ``make gpu-check`` runs them on a GPU machine.
 """
@@ -152,6 +152,24 @@ def test_pliner_on_cuda_casts_back_to_cuda_autocast_dtypes_and_builds_tensors_th
     assert on_gpu.status == res.status and on_gpu.error_before == pytest.approx(res.error_before, rel=1e-9)
     causal = find(_CausalScores().eval(), torch.randn(2, 8, 16), problem="cuda+autocast-bf16", tol=1e-6)
     assert causal.engine == "graph" and causal.status != "not_fixable"
+
+
+def test_gems_events_on_cuda_end_when_the_device_has_finished(monkeypatch):
+    """On CUDA every edge of gems' events is read after a synchronize (two an action: its start and its end), so
+    the timeline, the summary's update times and the simulator's calibration see kernels' time, not launches'."""
+    from torchhpc.ext.gems.data import SyntheticImages
+    from torchhpc.ext.gems.modules import build_blocks
+    from torchhpc.ext.gems.runtime import PipelineEngine
+
+    calls = []
+    real = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device) or real(device))
+    blocks = build_blocks("resnet_v2", depth=11, width=4, in_shape=(3, 8, 8), num_classes=5)
+    engine = PipelineEngine(blocks, [(0, len(blocks))], "mast", (3, 8, 8), 4, 2, device="cuda",
+                            optimizer=lambda ps: torch.optim.SGD(ps, lr=0.05))
+    calls.clear()
+    engine.train_step(SyntheticImages((3, 8, 8), 5, seed=1), 0)
+    assert len(calls) >= 1 + 2 * len(engine.events)  # the update's origin, then two edges an event
 
 
 def test_collectives_halo_spmm_on_an_nccl_group(tmp_path):

@@ -14,6 +14,7 @@ A manual ``balance`` (blocks per stage) overrides the search.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -74,12 +75,14 @@ def tensor_bytes(shape: Sequence[int], dtype: torch.dtype = torch.float32) -> in
 
 
 def infer_shapes(blocks: Sequence[nn.Module], input_shape: Sequence[int]) -> list[tuple[int, ...]]:
-    """Each block's output shape for an input of ``input_shape`` (fake tensors: no compute, no memory)."""
+    """Each block's output shape for an input of ``input_shape`` (fake tensors: no compute, no memory), the
+    input on the device of the first block's weights (blocks already on a GPU take a GPU input)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    device = next((t.device for b in blocks for t in itertools.chain(b.parameters(), b.buffers())), None)
     shapes = []
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
-        x = torch.empty(tuple(input_shape))
+        x = torch.empty(tuple(input_shape), device=device)
         for b in blocks:
             x = b(x)
             shapes.append(tuple(x.shape))

@@ -250,7 +250,7 @@ class PipelineEngine:
         Returns this rank's summed loss contribution (a scalar; 0 where no last stage is held).
         """
         K, M, eta, mb = self.K, self.M, self.eta, self.mb
-        t_origin = time.perf_counter()
+        t_origin = self._clock()
         self._t_origin = t_origin
         self.events = []
         self._static = self.static_bytes()
@@ -371,7 +371,7 @@ class PipelineEngine:
                     x, xs[m] = xs[m], None  # the stash holds it from here on
                 else:
                     x = take((k, e, FORWARD, m)).requires_grad_(True)
-                t0 = time.perf_counter()
+                t0 = self._clock()
                 y = ys[m] if c.last else None
                 meter = SavedTensorMeter(c.module.parameters())
                 if c.checkpoint:
@@ -392,7 +392,7 @@ class PipelineEngine:
                 self._note_memory(kept)
             else:
                 grad_out = None if c.last else take((k, e, BACKWARD, m))
-                t0 = time.perf_counter()
+                t0 = self._clock()
                 x, out, kept = stash.pop((k, e, m))
                 if c.checkpoint:
                     out = forward(c, x, ys[m] if c.last else None)
@@ -405,11 +405,11 @@ class PipelineEngine:
                 self._note_memory(-kept)
                 del out
             self.events.append(Event(self.rank, k, "F" if kind == FORWARD else "B", e, m,
-                                     t0 - t_origin, time.perf_counter() - t_origin))
+                                     t0 - t_origin, self._clock() - t_origin))
 
     def sync_gradients(self) -> None:
         """Sum each stage's gradients over all its copies (local ones first, then one all-reduce)."""
-        t0 = time.perf_counter()
+        t0 = self._clock()
         flats = []
         for _, mods in self.sync_stages:
             per_copy = [torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
@@ -436,7 +436,7 @@ class PipelineEngine:
                     o += p.numel()
             offset += n
         self.events.append(Event(self.rank, -1, "allreduce", 0, 0, t0 - self._t_origin,
-                                 time.perf_counter() - self._t_origin))
+                                 self._clock() - self._t_origin))
 
     def sync_buffers(self) -> None:
         """Average float buffers (BatchNorm running statistics) over every copy of each stage."""
@@ -469,11 +469,19 @@ class PipelineEngine:
             i += 1
 
     def optimizer_step(self) -> None:
-        t0 = time.perf_counter()
+        t0 = self._clock()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.events.append(Event(self.rank, -1, "optimizer", 0, 0, t0 - self._t_origin,
-                                 time.perf_counter() - self._t_origin))
+                                 self._clock() - self._t_origin))
+
+    def _clock(self) -> float:
+        """The time of an event's edge: on CUDA after the device has finished the work queued so far (each
+        action timed to its kernels' end, not their launch: the events feed the timeline, the summary's
+        update times and the simulator's calibration), a synchronize an edge; on the CPU the clock alone."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
 
     def global_loss(self, loss_sum: torch.Tensor) -> float:
         """The update's mean loss over the global batch (an all-reduce of each rank's share)."""

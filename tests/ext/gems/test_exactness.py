@@ -160,3 +160,22 @@ def test_batchnorm_copies_keep_equal_running_statistics():
     for ta, tb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
         torch.testing.assert_close(ta, tb)
     assert any(t.abs().sum() > 0 for name, t in a.state_dict().items() if "running_mean" in name)
+
+
+def test_every_event_edge_is_read_from_the_engines_clock(monkeypatch):
+    """Each event's start and end come from ``PipelineEngine._clock`` (on CUDA it synchronizes first, so an action
+    is timed to its kernels' end, not their launch; the timeline, the summary's update times and the simulator's
+    calibration read these events): with a clock that counts, every edge is a tick, and the events follow one
+    another without overlap."""
+    import itertools
+
+    ticks = itertools.count()
+    monkeypatch.setattr(PipelineEngine, "_clock", lambda self: float(next(ticks)))
+    blocks = worker.make_blocks("resnet")
+    engine = PipelineEngine(blocks, [(0, len(blocks))], "mast", worker.SHAPE, 4, 2, optimizer=worker.make_optimizer)
+    engine.train_step(SyntheticImages(worker.SHAPE, 5, seed=1), 0)
+    kinds = [e.kind for e in engine.events]
+    assert kinds.count("F") == kinds.count("B") == 4 and kinds[-1] == "optimizer"
+    edges = [t for e in engine.events for t in (e.start, e.end)]
+    assert all(t == int(t) for t in edges), edges
+    assert edges == sorted(edges) and all(e.end > e.start for e in engine.events)
