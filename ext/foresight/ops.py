@@ -253,7 +253,8 @@ PREDICTORS = ("auto", "lorenzo", "interp", "cubic")
 def choose_predictor(q: torch.Tensor, sample: int = 64) -> str:
     """SZ3's rule, on a sample: the predictor (lorenzo or interp) whose residuals on a central block of
     at most ``sample^3`` codes have the smaller total ``log2(1 + |r|)`` (a cheap entropy proxy; lorenzo on a
-    tie), summed as :func:`log2_cost` integers, so every device and summation order picks the same one."""
+    tie), taken by Mitchell's approximation and summed as :func:`log2_cost` integers, so every device and
+    summation order picks the same one."""
     return _choose(q, sample)[0]
 
 
@@ -263,11 +264,12 @@ LOG2_COST_BITS = 16
 
 def log2_cost(r: torch.Tensor) -> int:
     """``sum(log2(1 + |r|))`` of integer residuals as an exact integer in units of ``2**-LOG2_COST_BITS``,
-    by Mitchell's piecewise-linear ``log2`` (at most 0.086 below the true value): ``1 + |r|`` as float64 is
+    by Mitchell's piecewise-linear ``log2`` (at most 0.086 below the true value, and the fraction truncated to
+    ``LOG2_COST_BITS`` bits): ``1 + |r|`` as float64 (rounded to nearest past 2**53, as on every device) is
     ``2**E * (1 + f)``, and ``log2`` is taken as ``E + f``, whose fixed-point value is the float's exponent and
     top mantissa bits, read from its bits by one shift.  A float ``log2`` and a float sum differ in their last
     bits between devices and summation orders, and on a near-tie would pick the other predictor there."""
-    bits = (1 + r.abs()).to(torch.float64).view(torch.int64) >> (52 - LOG2_COST_BITS)
+    bits = (r.to(torch.float64).abs() + 1.0).view(torch.int64) >> (52 - LOG2_COST_BITS)  # (no integer wrap)
     return int(bits.sum()) - 1023 * (1 << LOG2_COST_BITS) * r.numel()
 
 

@@ -75,16 +75,16 @@ def tensor_bytes(shape: Sequence[int], dtype: torch.dtype = torch.float32) -> in
 
 
 def infer_shapes(blocks: Sequence[nn.Module], input_shape: Sequence[int]) -> list[tuple[int, ...]]:
-    """Each block's output shape for an input of ``input_shape`` (fake tensors: no compute, no memory), the
-    input on the device of the first block's weights (blocks already on a GPU take a GPU input)."""
+    """Each block's output shape for an input of ``input_shape`` (fake tensors: no compute, no memory), each
+    block's input on the device of its weights (blocks already on a GPU take a GPU input)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    device = next((t.device for b in blocks for t in itertools.chain(b.parameters(), b.buffers())), None)
     shapes = []
     with FakeTensorMode(allow_non_fake_inputs=True), torch.no_grad():
-        x = torch.empty(tuple(input_shape), device=device)
+        x = torch.empty(tuple(input_shape))
         for b in blocks:
-            x = b(x)
+            device = next((t.device for t in itertools.chain(b.parameters(), b.buffers())), None)
+            x = b(x if device is None else x.to(device))
             shapes.append(tuple(x.shape))
     return shapes
 

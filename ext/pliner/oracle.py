@@ -91,10 +91,11 @@ def elsewhere(module: torch.nn.Module, device: str) -> bool:
 
 
 def prepare(fn: Callable, cfg: Precision) -> Callable:
-    """``fn`` as ``cfg`` runs it: moved to its device (either way: a model built on the GPU runs a CPU
-    configuration on the CPU), wrapped by torch.compile when asked."""
+    """``fn`` as ``cfg`` runs it: a copy on its device for a CUDA configuration (the user's model, wherever it
+    is, on whichever GPU, is left as it was), a copy on the CPU for a CPU one when the model was built
+    elsewhere; wrapped by torch.compile when asked."""
     check_device(cfg)
-    if isinstance(fn, torch.nn.Module) and elsewhere(fn, cfg.device):
+    if isinstance(fn, torch.nn.Module) and (cfg.device != "cpu" or elsewhere(fn, "cpu")):
         fn = copy.deepcopy(fn).to(cfg.device)  # Module.to moves in place: leave the user's model where it is
     if cfg.backend == "compile":
         torch._dynamo.reset()  # every enhanced variant is a new program: compile it afresh

@@ -108,7 +108,8 @@ def _floating(val) -> bool:
 
 def _retarget(graph: torch.fx.Graph, device: str) -> None:
     """Point the graph's CPU device arguments (``aten.ones(..., device=cpu)``: what export recorded for a
-    ``device=x.device`` in the model, captured on the CPU) at ``device``, in place."""
+    ``device=x.device`` in the model, captured on the CPU) at ``device``, in place.  A tensor the model puts
+    on the CPU on purpose is recorded the same way and moves too: on a GPU the graph runs wholly there."""
     if device == "cpu":
         return
     target = torch.device(device)

@@ -92,6 +92,21 @@ def test_the_predictor_cost_is_exact_whatever_the_order():
     assert log2_cost(r.view(64, 64, 64).transpose(0, 2)) == cost
     exact = float(np.log2(1.0 + np.abs(r.numpy().astype(np.float64))).sum()) * 2 ** LOG2_COST_BITS
     assert 0 <= exact - cost <= (0.0861 * 2 ** LOG2_COST_BITS + 1) * r.numel()
+    # the integer limits cost 63 and 31 bits (1 + |r| taken in float64, no integer wrap)
+    assert log2_cost(torch.tensor([2 ** 63 - 1, -(2 ** 63)])) == 2 * 63 * 2 ** LOG2_COST_BITS
+    assert log2_cost(torch.tensor([-(2 ** 31)], dtype=torch.int32)) == 31 * 2 ** LOG2_COST_BITS
+
+
+def test_the_choice_is_the_integer_cost(monkeypatch):
+    """``choose_predictor`` decides by :func:`log2_cost`: the same codes with the cost turned round pick the
+    other predictor."""
+    from torchhpc.ext.foresight import ops
+
+    i, j, k = torch.meshgrid(*(torch.linspace(0, 6, 40, dtype=torch.float64),) * 3, indexing="ij")
+    q, _ = lorenzo_quantize(torch.sin(i) * torch.cos(j) * torch.sin(k), 1e-4, "torch")
+    picked = choose_predictor(q)
+    monkeypatch.setattr(ops, "log2_cost", lambda r: -log2_cost(r))
+    assert choose_predictor(q) == ({"lorenzo", "interp"} - {picked}).pop()
 
 
 @pytest.mark.parametrize("side", [40, 70])

@@ -166,10 +166,14 @@ def test_the_plain_dtypes_come_from_a_run_on_the_problems_device(monkeypatch):
 
 def test_a_model_is_moved_to_the_configurations_device_whichever_way():
     """A model built on another device (``meta`` standing in for the GPU) counts as elsewhere for a CPU run, so
-    ``prepare`` copies it over; a CPU model is elsewhere for a CUDA run and not for a CPU one."""
-    from torchhpc.ext.pliner.oracle import elsewhere
+    ``prepare`` copies it over (a CPU model runs as it is); a CPU model is elsewhere for a CUDA run and not for a
+    CPU one."""
+    from torchhpc.ext.pliner.oracle import elsewhere, prepare
 
     cpu = torch.nn.Linear(3, 3)
     assert not elsewhere(cpu, "cpu") and elsewhere(cpu, "cuda")
     assert elsewhere(torch.nn.Linear(3, 3, device="meta"), "cpu")
     assert not elsewhere(torch.nn.ReLU(), "cuda")  # nothing to move
+    assert prepare(cpu, parse_precision("fp32")) is cpu
+    with pytest.raises(NotImplementedError, match="meta"):  # copied over: a meta tensor has nothing to copy
+        prepare(torch.nn.Linear(3, 3, device="meta"), parse_precision("fp32"))
