@@ -54,7 +54,7 @@ def _xdrop_walk(t_ptr, q_ptr, table_ptr, t0, q0, live, nt, nq, xdrop, DIRECTION:
     length = tl.zeros((BLOCK,), dtype=tl.int64)
     scanned = tl.zeros((BLOCK,), dtype=tl.int64)
     active = live
-    k = 0
+    k = tl.zeros((), dtype=tl.int64)  # cells walked: 64-bit, as the positions it offsets
     while tl.max(active.to(tl.int32), axis=0) > 0:
         off = DIRECTION * (k + j[None, :])
         ti = t0[:, None] + off

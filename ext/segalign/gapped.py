@@ -328,7 +328,7 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     at, aq = at[order], aq[order]
     diag = (at - aq).tolist()  # Python ints: the commit loop below reads them one at a time
     at_l, aq_l = at.tolist(), aq.tolist()
-    walls = Walls(q_codes.size)
+    walls = Walls(q_codes.size, t_codes.size)
     log: list[tuple[np.ndarray, np.ndarray, tuple[int, int, int, int]]] = []  # committed: cells, their box
     results: list[tuple[int, Alignment]] = []
     if kernel == "numba":

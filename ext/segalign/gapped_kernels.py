@@ -59,10 +59,13 @@ if numba_available():
             dst[dst0 + k * step] = eff[src[start + d * (k - 1)]]
 
     @njit(nogil=True, cache=True)
-    def _fill_walls(Wlo, Whi, nJ, wlo, whi, t0, q0, d, lo, hi, use):
+    def _fill_walls(Wlo, Whi, nI, nJ, wlo, whi, t0, q0, d, lo, hi, use):
         """The first wall interval of the query base consumed at each offset ``J`` in ``[lo, hi)``, as an
         interval of target offsets ``I`` at ``Wlo[nJ - J]``, ``Whi[nJ - J]`` (reversed, as the query codes
-        are); an empty one (:data:`_NO_WALL`, -1) where the base has none or ``use`` is false."""
+        are); an empty one (:data:`_NO_WALL`, -1) where the base has none or ``use`` is false.  Offsets are
+        clamped to ``[-1, nI + 1]`` (the same cells: the sweep's ``I`` lies in ``[1, nI]``), so that they fit
+        the int32 rows however far apart a target of 2^31 bases or more puts a wall and the extension."""
+        top = min(nI + 1, _NO_WALL)  # (the sweep's I stays below _NO_WALL: its 32-bit lanes)
         for j in range(lo, hi):
             w0, w1 = -1, -1
             if use:
@@ -72,11 +75,11 @@ if numba_available():
                 Wlo[nJ - j] = _NO_WALL
                 Whi[nJ - j] = -1
             elif d > 0:  # target base t is consumed at offset I = t - t0 + 1 (forwards), t0 - t + 1 (backwards);
-                Wlo[nJ - j] = max(w0 - t0 + 1, 1)  # I = 0 (no target base consumed) is never a wall
-                Whi[nJ - j] = w1 - t0 + 1
+                Wlo[nJ - j] = min(max(w0 - t0 + 1, 1), top)  # I = 0 (no target base consumed) is never a wall
+                Whi[nJ - j] = max(min(w1 - t0 + 1, top), -1)
             else:
-                Wlo[nJ - j] = max(t0 - w1 + 1, 1)
-                Whi[nJ - j] = t0 - w0 + 1
+                Wlo[nJ - j] = min(max(t0 - w1 + 1, 1), top)
+                Whi[nJ - j] = max(min(t0 - w0 + 1, top), -1)
 
     @njit(nogil=True, cache=True)
     def _cells(S, h1, e1, f1, h2, hn, en, fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
@@ -373,7 +376,7 @@ if numba_available():
             if D - a >= q_fill:
                 hi = min(nJ + 1, max(D - a + 1, 2 * q_fill + 256))
                 _fill(Qr, nJ, -1, q, q0, d, q_fill, hi, eff)
-                _fill_walls(Wlo, Whi, nJ, wlo, whi, t0, q0, d, q_fill, hi, use_cover)
+                _fill_walls(Wlo, Whi, nI, nJ, wlo, whi, t0, q0, d, q_fill, hi, use_cover)
                 if use_rows:
                     for j in range(q_fill, hi):
                         Wo[j] = Wo[j - 1] + (wrow[q0 + d * (j - 1)] >= 0)
@@ -486,11 +489,12 @@ def ydrop_extend_numba(
     if isinstance(cover, np.ndarray):
         cover = Walls.from_cover(cover)
     use = cover is not None
-    wlo = np.full((1, 1), -1, np.int32) if cover is None else cover.lo
+    wt = np.int32 if cover is None else cover.dtype  # int64 for targets of 2^31 bases or more
+    wlo = np.full((1, 1), -1, wt) if cover is None else cover.lo
     whi = wlo if cover is None else cover.hi
     use_rows = cover is not None and cover.row is not None
     wrow = cover.row if use_rows else np.full(1, -1, np.int32)
-    olo = np.full((1, 1), -1, np.int32) if cover is None or not cover.rows else cover.olo
+    olo = np.full((1, 1), -1, wt) if cover is None or not cover.rows else cover.olo
     ohi = olo if cover is None or not cover.rows else cover.ohi
     B = int(np.asarray(t0).size)
     t0 = np.asarray(t0, dtype=np.int64)
@@ -565,8 +569,9 @@ def ydrop_extend_triton(
         if cover.lo.shape[1] != 1:  # pragma: no cover - Walls.PRIMARY
             raise ValueError("the GPU kernel reads one primary interval per query base")
         rows = cover.row is not None and cover.rows > 0
-        walls = (on(cover.lo, torch.int32), on(cover.hi, torch.int32), on(cover.row, torch.int32) if rows else None,
-                 on(cover.olo, torch.int32), on(cover.ohi, torch.int32))
+        wt = torch.int64 if cover.dtype == np.int64 else torch.int32  # positions past 2^31: int64
+        walls = (on(cover.lo, wt), on(cover.hi, wt), on(cover.row, torch.int32) if rows else None,
+                 on(cover.olo, wt), on(cover.ohi, wt))
     t0 = np.asarray(t0, dtype=np.int64)
     q0 = np.asarray(q0, dtype=np.int64)
     dirs = np.asarray(dirs, dtype=np.int64)

@@ -15,7 +15,7 @@ class Walls:
     ``lo <= t <= hi`` of its interval: its aligned pair, or for a gap the cells ``(last target
     consumed, last query consumed)`` of each column, so the path is a connected chain of cells
     that a later extension cannot cross.  Each base's first interval is ``lo[q, 0]`` / ``hi[q, 0]``
-    (``-1``: none; 8 bytes a query base).  A base with more (a repeat stacking alignments on it)
+    (``-1``: none; 8 bytes a query base, 16 where the target has 2^31 bases or more: ``n_t``).  A base with more (a repeat stacking alignments on it)
     keeps the rest in row ``row[q]`` of the overflow table ``olo`` / ``ohi`` (``-1`` ends a row);
     ``row`` (4 bytes a query base, ``-1``: none) is made when the first base overflows, and the
     table grows with the stacked bases only.
@@ -23,19 +23,22 @@ class Walls:
 
     PRIMARY = 1
 
-    def __init__(self, n_q: int):
-        self.lo = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
-        self.hi = np.full((n_q, self.PRIMARY), -1, dtype=np.int32)
+    def __init__(self, n_q: int, n_t: int = 0):
+        # target positions in int32 (half the bytes) where every one fits, else int64: a target of 2^31
+        # bases or more (a mammalian genome's records end to end) would wrap to "no wall" in int32
+        self.dtype = np.dtype(np.int64 if n_t > np.iinfo(np.int32).max else np.int32)
+        self.lo = np.full((n_q, self.PRIMARY), -1, dtype=self.dtype)
+        self.hi = np.full((n_q, self.PRIMARY), -1, dtype=self.dtype)
         self.row: np.ndarray | None = None
         self.ocount = np.zeros(0, dtype=np.int32)  # intervals used in each overflow row
-        self.olo = np.full((0, 2), -1, dtype=np.int32)
-        self.ohi = np.full((0, 2), -1, dtype=np.int32)
+        self.olo = np.full((0, 2), -1, dtype=self.dtype)
+        self.ohi = np.full((0, 2), -1, dtype=self.dtype)
         self.rows = 0  # overflow rows in use
 
     @classmethod
     def from_cover(cls, cover: np.ndarray) -> Walls:
         """One aligned cell ``(cover[q], q)`` per query base (``-1``: none)."""
-        w = cls(cover.size)
+        w = cls(cover.size, int(cover.max()) + 1 if cover.size else 0)
         w.lo[:, 0] = w.hi[:, 0] = cover
         return w
 
@@ -54,7 +57,7 @@ class Walls:
         if self.rows:
             r = self._rows_of(q)
             has = r >= 0
-            olo = np.full((q.size, self.olo.shape[1]), -1, dtype=np.int32)
+            olo = np.full((q.size, self.olo.shape[1]), -1, dtype=self.dtype)
             ohi = olo.copy()
             olo[has], ohi[has] = self.olo[r[has]], self.ohi[r[has]]
             lo, hi = np.concatenate([lo, olo], axis=1), np.concatenate([hi, ohi], axis=1)
@@ -102,7 +105,7 @@ class Walls:
             new = oq[self.row[oq] < 0]
             if self.rows + new.size > self.olo.shape[0]:
                 nrows = max(2 * self.olo.shape[0], self.rows + new.size, 16)
-                pad = np.full((nrows - self.olo.shape[0], self.olo.shape[1]), -1, dtype=np.int32)
+                pad = np.full((nrows - self.olo.shape[0], self.olo.shape[1]), -1, dtype=self.dtype)
                 self.olo, self.ohi = np.concatenate([self.olo, pad]), np.concatenate([self.ohi, pad])
                 self.ocount = np.concatenate([self.ocount, np.zeros(nrows - self.ocount.size, dtype=np.int32)])
             self.row[new] = np.arange(self.rows, self.rows + new.size, dtype=np.int32)
@@ -110,7 +113,8 @@ class Walls:
             r = self.row[oq]
             oslot = self.ocount[r]
             if oslot.max() >= self.olo.shape[1]:
-                pad = np.full((self.olo.shape[0], 2 * (int(oslot.max()) + 1) - self.olo.shape[1]), -1, dtype=np.int32)
+                pad = np.full((self.olo.shape[0], 2 * (int(oslot.max()) + 1) - self.olo.shape[1]), -1,
+                              dtype=self.dtype)
                 self.olo, self.ohi = np.concatenate([self.olo, pad], axis=1), np.concatenate([self.ohi, pad], axis=1)
             self.olo[r, oslot] = lo[over]
             self.ohi[r, oslot] = hi[over]

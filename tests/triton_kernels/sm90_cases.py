@@ -102,7 +102,7 @@ def segalign_cases():
             yield (f"segalign diagonal D={D} n={n}",
                    lambda t=t, ends=ends, start=start: diagonal_scan_triton(t, t, ends, ends, start, start + 2, table, 910))
     # the gapped stage's Y-drop sweep: 1 and 37 extensions over 1 and 1000 bases, without walls, with walls and
-    # with overflow rows (each a constexpr branch)
+    # with overflow rows (each a constexpr branch), and once with the int64 walls of a target past 2^31 bases
     from torchhpc.triton_kernels.segalign import ydrop_sweep_triton
 
     scores = torch.randint(-100, 100, (16,), generator=_g(5), dtype=torch.int32)
@@ -115,7 +115,9 @@ def segalign_cases():
             rows = torch.full((n,), -1, dtype=torch.int32)
             rows[: min(n, 3)] = torch.arange(min(n, 3), dtype=torch.int32)
             over = torch.randint(-1, n, (3, 4), generator=_g(7), dtype=torch.int32)
-            for name, walls in (("none", None), ("walls", (lo, lo, None, lo, lo)), ("rows", (lo, lo, rows, over, over))):
+            wide = (lo.long(), lo.long(), rows, over.long(), over.long())  # a target of 2^31 bases or more
+            for name, walls in (("none", None), ("walls", (lo, lo, None, lo, lo)), ("rows", (lo, lo, rows, over, over)),
+                                *((("wide", wide),) if B == 37 and n == 1000 else ())):
                 yield (f"segalign ydrop B={B} n={n} walls={name}",
                        lambda t=t, first=first, dirs=dirs, walls=walls:
                        ydrop_sweep_triton(t, t, first, first, dirs, scores, -100, 400, 30, 9430, walls))

@@ -188,21 +188,23 @@ def _gapped_case(rng, n, cover_kind):
         cover = np.full(q.size, -1, np.int64)
         idx = rng.integers(0, q.size, 12)
         cover[idx] = np.clip(idx + rng.integers(-3, 3, 12), 0, n - 1)
-    elif cover_kind == "stacked":  # alignments stacked on the same query bases: Walls' overflow rows
-        cover = Walls(q.size)
-        for _ in range(5):
+    elif cover_kind in ("stacked", "wide"):  # alignments stacked on the same query bases: Walls' overflow rows
+        # wide: the int64 walls of a target past 2^31 bases, with alignments 3e9 bases away stacked in as well
+        cover = Walls(q.size, n_t=2 ** 32 if cover_kind == "wide" else n)
+        for k in range(8 if cover_kind == "wide" else 5):
             qs = int(rng.integers(0, 10)) + q.size // 3
             qpos = np.arange(qs, min(qs + 15, q.size))
-            cover.add(np.clip(qpos + int(rng.integers(-20, 20)), 0, n - 1), qpos)
-        assert cover.rows > 0
+            far = 3_000_000_000 if k % 2 and cover_kind == "wide" else 0
+            cover.add(far + np.clip(qpos + int(rng.integers(-20, 20)), 0, n - 1), qpos)
+        assert cover.rows > 0 and (cover.dtype == np.int64) == (cover_kind == "wide")
     return t, q, t0, q0, dirs, cover
 
 
-@pytest.mark.parametrize("cover_kind,ydrop", [(None, 9430), ("cells", 2000), ("stacked", 9430)])
+@pytest.mark.parametrize("cover_kind,ydrop", [(None, 9430), ("cells", 2000), ("stacked", 9430), ("wide", 9430)])
 def test_ydrop_sweep_equals_the_compiled_cpu_kernel(kernel_device, cover_kind, ydrop):
     """The GPU gapped stage's Y-drop sweep (interpreted) and its traceback give the compiled CPU kernel's
-    scores, paths and boxes exactly, without walls, with single wall cells and with walls stacked into
-    overflow rows; both directions, an anchor at the sequence end, lowercase, ambiguous and separator codes."""
+    scores, paths and boxes exactly, without walls, with single wall cells, with walls stacked into
+    overflow rows, and with the int64 walls of a target past 2^31 bases; both directions, an anchor at the sequence end, lowercase, ambiguous and separator codes."""
     import numpy as np
 
     pytest.importorskip("numba")

@@ -37,7 +37,9 @@ SPILL_BUDGET = {
     "_triples_energy_kernel": 140,  # 0 at tile 8 with o, v > 1 (a real run); 140 at o = v = 1, 68 at tile 1
     "_epilogue_kernel": 40,  # 504 at 4 warps, its default before
     "_triples_mma_kernel": 620,  # tile 8 at 8 warps; tile 16 spills ~19 kB (not the default)
-    "_ydrop_kernel": 20,  # the overflow-rows branch only (rare: a wall row past the preallocated ones)
+    # the overflow-rows branch only (rare: a wall row past the preallocated ones): 20 bytes with int32 walls,
+    # 36 with the int64 walls of a target of 2^31 bases or more
+    "_ydrop_kernel": 36,
 }
 #: one Hopper SM (H100, H200): registers, and the shared memory one program may ask for
 SM90_REGISTERS = 65536
@@ -90,14 +92,15 @@ def test_sizes_that_change_per_call_compile_once(report):
     direction over hit counts 1, 16 and 37 and sequences of 1 to 1000 cells; foresight's kernels once per dtype
     over shapes with dimensions of 1, 3, 5, 6, 16 and 37 and batches of 1 and 5 fields (the block codec's
     unpacking once); ccsdt's epilogue and MMA kernel once each over o and v of 1, 3-5 and 16; the Y-drop sweep once per walls branch
-    over 1 and 37 extensions of 1 and 1000 bases; sched's decision kernel once per backfilling mode over 1 and 37
+    over 1 and 37 extensions of 1 and 1000 bases, and once with int64 walls; sched's decision kernel once per backfilling mode over 1 and 37
     windows of 1 to 37 jobs."""
     def variants(prefix):
         return {json.dumps([k["signature"], k["constants"]], sort_keys=True) for _, k in _kernels(report, prefix)}
 
     assert len(variants("segalign xdrop")) == 2  # DIRECTION = +1 and -1
     assert len(variants("segalign diagonal")) == 1  # 1 to 37 diagonals, 1 to 1000 cells
-    assert len(variants("segalign ydrop")) == 3  # no walls, walls, overflow rows; 1 or 37 extensions, 1-1000 bases
+    # no walls, walls, overflow rows (1 or 37 extensions, 1-1000 bases), and int64 walls (a target past 2^31 bases)
+    assert len(variants("segalign ydrop")) == 4
     assert len(variants("sched windows")) == 4  # the check, and one windows kernel per backfilling mode
     assert len(variants("foresight lorenzo")) == 2  # float32 and float64 input
     for kernel, count in (("scan fused", 2), ("scan given", 2), ("pack fused", 2), ("pack given", 2), ("unpack", 1)):

@@ -444,3 +444,28 @@ def test_gapped_stage_on_the_gpu_launches_a_window_at_a_time(monkeypatch):
                                                                         for a in cpu]
     assert len(cpu) > 100 and counters["launches"] == len(launches)
     assert sum(launches) >= 2 * len(launches), (sum(launches), len(launches))
+
+
+def test_walls_of_a_target_past_two_gigabases_keep_their_positions():
+    """A target of 2^31 bases or more keeps its walls' positions in int64 (in int32 a wall at 3e9 wrapped to "no
+    wall"); a wall that far from an extension leaves it as no wall does, on both kernels (the compiled sweep
+    clamps its relative offsets: unclamped, -3e9 wrapped to an interval over every cell and stopped a backward
+    extension at its first base)."""
+    far = 3_000_000_000
+    wide, narrow = Walls(50, n_t=far + 100), Walls(50, n_t=1000)
+    assert wide.dtype == np.int64 and narrow.dtype == np.int32
+    wide.add(np.arange(far, far + 20), np.arange(10, 30))
+    assert wide.on(far + 5, 15) and not wide.on(far + 5, 14) and not wide.on(5, 15)
+    assert wide.intervals(np.array([15]))[0].tolist() == [[far + 5]]
+    rng = np.random.default_rng(4)
+    t = rng.integers(0, 4, 300).astype(np.uint8)
+    walls = Walls(t.size, n_t=far + 100)
+    walls.add(np.arange(far, far + 300), np.arange(300))  # every query base carries a wall, far away
+    table = hoxd70().table(910).numpy()
+    for d, start in ((1, 0), (-1, 299)):
+        args = (t, t.copy(), np.array([start]), np.array([start]), np.array([d]), table, 400, 30, 9430)
+        free = ydrop_extend(*args)
+        for kernel in (ydrop_extend, ydrop_extend_numba):
+            got = kernel(*args, walls)
+            assert int(got[0][0]) == int(free[0][0]) > 250 * 91, (kernel.__name__, d)
+            np.testing.assert_array_equal(got[1][0], free[1][0])
