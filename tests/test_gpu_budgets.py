@@ -260,3 +260,29 @@ def test_segalign_gapped_sweep_per_launch():
                                 block=32)
         GPU_BUDGETS["gapped"].check(work, 1, "segalign gapped sweep")
         assert work.launch_ops["triton:_ydrop_kernel"] == 1
+
+
+@pytest.mark.parametrize("name", ["lorentz_20_sat", "heat1d_t32"])
+def test_fperror_reverse_pass_per_group(shared_data, name):
+    """fperror's reverse passes (interval adjoints, and the error bounds of many columns on their backward cone)
+    read the outputs once and nothing per group: the cone is worked out on the host from the DAG's structure (it
+    was 3-5 syncs a group, ~1,600 a branch-and-bound round on lorentz_20); within the launches per group."""
+    from torchhpc.ext.fperror import load
+    from torchhpc.ext.fperror.adjoint import GPU_BUDGETS, _backward_cone, cone_errors, reverse
+    from torchhpc.ext.fperror.forward import forward, make_groups
+
+    dag = load(shared_data / "fperror" / "satire_large" / f"{name}.txt")
+    g = make_groups(dag)
+    box = dag.box[dag.input_nodes]
+    fw = forward(dag, g, box[:, :1].clone(), box[:, 1:].clone())
+    cols = dag.output_nodes[:4]
+    units = len(_backward_cone(dag, g, cols, None, "cpu").groups)
+    assert units > 50
+    with count_host_work() as rev:
+        reverse(dag, g, (fw.wl, fw.wh, fw.pl, fw.ph), cols, None)
+    GPU_BUDGETS["reverse"].check(rev, units, f"fperror reverse {name}")
+    assert rev.syncs == 1
+    with count_host_work() as cone:
+        cone_errors(dag, g, fw, cols, None, None)
+    GPU_BUDGETS["cone_errors"].check(cone, units, f"fperror cone_errors {name}")
+    assert cone.syncs == 1

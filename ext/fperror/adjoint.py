@@ -12,9 +12,13 @@ backward cone only; :func:`upward_sum` adds terms rounded up.  Adjoints are ``(N
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.hostsync import HostBudget
 
 from . import interval as iv
 from .dag import (
@@ -40,6 +44,14 @@ from .dag import (
 )
 from .forward import Forward, Groups, below_pow2, rounding_magnitude
 from .linear import linear_adjoints
+
+GPU_BUDGETS = {
+    "reverse": HostBudget("group of the backward cone", syncs=0, launches=64, fixed_syncs=1, fixed_launches=16,
+                          why="the outputs read once, their cone worked out on the host from the DAG's structure and "
+                              "sent in one transfer; per group: gathers, the partial derivatives, three index_add_"),
+    "cone_errors": HostBudget("group of the backward cone", syncs=0, launches=64, fixed_syncs=1, fixed_launches=48,
+                              why="as reverse, on the cone's rows only, then the error terms and their upward sum"),
+}
 
 
 def partial_derivatives(op: int, g: int, fw_l, fw_h, pl, ph, al, ah, bl, bh):
@@ -122,19 +134,11 @@ def reverse(dag: ExprDAG, groups: Groups, vals: tuple, col_out: torch.Tensor,
 
     fan = groups.fanout.to(dev)
     seen_done = torch.zeros(n, dtype=torch.bool, device=dev)
-    top = int(dag.level[col_out].max()) if c else -1  # groups above every output have zero adjoints
-    # the outputs' backward cone (down to the cut): nodes outside it have a zero adjoint, skipped
-    live, _ = _backward_cone(dag, groups, col_out, cut_level, dev)
-    for gi in range(len(groups.groups) - 1, -1, -1):
+    # the outputs' backward cone (groups above every output and nodes outside it have zero adjoints, skipped;
+    # it stops at the cut: the cut nodes' adjoints are complete there, their errors come from forward_errors)
+    for gi, sel in _backward_cone(dag, groups, col_out, cut_level, dev).groups:
         op, idx, a, b = groups.groups[gi]
-        if groups.levels[gi] > top:
-            continue
-        if cut_level is not None and groups.levels[gi] <= cut_level:
-            break  # below the cut: the cut nodes' adjoints are complete, their errors come from forward_errors
-        sel = live[idx]
-        if not bool(sel.any()):
-            continue
-        if not bool(sel.all()):
+        if sel is not None:
             idx, a, b = idx[sel], a[sel], b[sel]
         # the adjoint of these nodes is complete: widen it once for the summation round-off
         w = (fan[idx][:, None] * 2.0 ** -52) * slack[idx]
@@ -214,25 +218,46 @@ def error_terms(dag: ExprDAG, groups: Groups, fw: Forward, col_out: torch.Tensor
     return rig, first
 
 
-def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: int | None, dev):
-    """The nodes whose adjoint w.r.t. ``outs`` can be non-zero: ``(live (N,) bool, [(group, its live rows)])``,
-    groups from the top down, those above every output and those at or below ``cut_level`` left out."""
-    top = int(dag.level[outs].max()) if outs.numel() else -1
-    live = torch.zeros(dag.num_nodes, dtype=torch.bool, device=dev)
-    live[outs] = True
-    cone = []
+@dataclass
+class Cone:
+    """The nodes whose adjoint w.r.t. some outputs can be non-zero, worked out on the host from the DAG's
+    structure (:attr:`.forward.Groups.host`) and handed to the device in one transfer."""
+
+    groups: list[tuple[int, torch.Tensor | None]]
+    """``(group, its live rows)`` from the top down, groups with a live node only; ``None``: every row."""
+    rows: torch.Tensor
+    """``(L,)`` the live nodes, ascending."""
+
+
+def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: int | None, dev) -> Cone:
+    """The backward cone of the nodes ``outs``: groups above every output and those at or below ``cut_level``
+    left out.  One host read (``outs``) and one transfer, whatever the number of groups."""
+    outs_h = np.asarray(outs.tolist(), dtype=np.int64).reshape(-1)  # the one host read
+    level = groups.node_level
+    top = int(level[outs_h].max()) if outs_h.size else -1
+    live = np.zeros(dag.num_nodes, dtype=bool)
+    live[outs_h] = True
+    picks: list[tuple[int, np.ndarray | None]] = []
     for gi in range(len(groups.groups) - 1, -1, -1):
-        op, idx, a, b = groups.groups[gi]
         if groups.levels[gi] > top:
             continue
         if cut_level is not None and groups.levels[gi] <= cut_level:
             break
-        lv = live[idx]
-        cone.append((gi, lv))
-        live[a[lv]] = True
-        if op in (ADD, SUB, MUL, DIV, MAX):
-            live[b[lv]] = True
-    return live, cone
+        idx, a, b = groups.host[gi]
+        lv = live[idx]  # final: a node's users sit in groups of higher levels, all visited before
+        if not lv.any():
+            continue
+        sel = None if lv.all() else np.flatnonzero(lv)
+        picks.append((gi, sel))
+        live[a if sel is None else a[sel]] = True
+        if groups.groups[gi][0] in (ADD, SUB, MUL, DIV, MAX):
+            live[b if sel is None else b[sel]] = True
+    rows = np.flatnonzero(live)
+    parts = [rows] + [s for _, s in picks if s is not None]
+    flat = torch.from_numpy(np.concatenate(parts).astype(np.int64)).to(dev)
+    pieces = iter(torch.split(flat, [p.size for p in parts]))
+    rows_d = next(pieces)
+    return Cone([(gi, None if s is None else next(pieces)) for gi, s in picks], rows_d)
 
 
 def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, cut_level: int | None,
@@ -245,13 +270,12 @@ def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, c
     """
     n, c = dag.num_nodes, cols.numel()
     dev = fw.vl.device
-    live, cone = _backward_cone(dag, groups, cols, cut_level, dev)
+    cone = _backward_cone(dag, groups, cols, cut_level, dev)
     todo = []
-    for gi, lv in cone:
+    for gi, sel in cone.groups:
         op, idx, a, b = groups.groups[gi]
-        if bool(lv.any()):
-            todo.append((op, idx[lv], a[lv], b[lv]))
-    rows = live.nonzero().flatten()
+        todo.append((op, idx, a, b) if sel is None else (op, idx[sel], a[sel], b[sel]))
+    rows = cone.rows
     nl = rows.numel()
     pos = torch.full((n,), nl, dtype=torch.int64, device=dev)
     pos[rows] = torch.arange(nl, device=dev)

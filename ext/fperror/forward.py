@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from torchhpc.ext.core.errors import InputError
@@ -49,6 +50,11 @@ class Groups:
     groups: list[tuple[int, torch.Tensor, torch.Tensor, torch.Tensor]]
     fanout: torch.Tensor
     levels: list[int] = field(default_factory=list)
+    host: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)
+    """``(idx, a, b)`` of each group as NumPy arrays: the DAG's structure on the host, read once, so that the
+    backward cones of the reverse passes are worked out there (no host sync a group on CUDA)."""
+    node_level: np.ndarray | None = None
+    """``(N,)`` each node's level, on the host."""
     nonpos: torch.Tensor | None = None
     # rounding="power2": (N, 1) bool, the nodes whose rounding error is bounded by u 2^floor(log2|w|)
     power2: torch.Tensor | None = None
@@ -86,25 +92,29 @@ def make_groups(dag: ExprDAG) -> Groups:
     keep = ks >= 0
     order, ks = order[keep], ks[keep]
     uniq, counts = torch.unique_consecutive(ks, return_counts=True)
-    out, levels = [], []
+    out, levels, host = [], [], []
+    order_h, lhs_h, rhs_h = (t.cpu().numpy() for t in (order, dag.lhs, dag.rhs))
     start = 0
     for k, c in zip(uniq.tolist(), counts.tolist(), strict=True):
         idx = order[start:start + c]
+        idx_h = order_h[start:start + c]
         start += c
         out.append((k % 32, idx, dag.lhs[idx], dag.rhs[idx]))
+        host.append((idx_h, lhs_h[idx_h], rhs_h[idx_h]))
         levels.append(k // 32)
     fan = torch.zeros(dag.num_nodes, dtype=torch.float64, device=dag.lhs.device)  # dag may be on CUDA
     ones = torch.ones_like(dag.lhs, dtype=torch.float64)
     fan.index_add_(0, dag.lhs.clamp(min=0), torch.where(dag.lhs >= 0, ones, 0.0))
     fan.index_add_(0, dag.rhs.clamp(min=0), torch.where(dag.rhs >= 0, ones, 0.0))
-    return Groups(out, fan, levels)
+    return Groups(out, fan, levels, host, dag.level.cpu().numpy())
 
 
 # ----------------------------------------------------------------------------- forward
 
 
 def _apply(op: int, al, ah, bl=None, bh=None, same=None):
-    if op == MUL and same is not None and bool(same.any()):
+    # same: a MUL group's rows whose two operands are one node (x*x: a square), given where there is one
+    if op == MUL and same is not None:
         ml, mh = iv.mul(al, ah, bl, bh)
         sl, sh = iv.square(al, ah)
         s = same[:, None]
@@ -205,9 +215,9 @@ def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Te
     rounded_leaf = (leaf & (u > 0))[:, None]
     wl = torch.where(rounded_leaf, rl, vl)
     wh = torch.where(rounded_leaf, rh, vh)
-    for op, idx, a, b in groups.groups:
+    for (op, idx, a, b), (_, a_h, b_h) in zip(groups.groups, groups.host, strict=True):
         binary = op in (ADD, SUB, MUL, DIV, MAX)
-        same = (a == b) if op == MUL else None
+        same = (a == b) if op == MUL and bool((a_h == b_h).any()) else None  # (asked of the host's copy)
         lo, hi = _apply(op, vl[a], vh[a], vl[b] if binary else None, vh[b] if binary else None, same)
         plo, phi = _apply(op, wl[a], wh[a], wl[b] if binary else None, wh[b] if binary else None, same)
         if op == SUB and nonpos is not None:
