@@ -21,6 +21,7 @@ so the (T) can run on a machine without PySCF (``torchhpc ccsdt --inputs FILE.np
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -318,7 +319,12 @@ def load_inputs(path: str | os.PathLike, validate: bool = True) -> TriplesInputs
     if not path.is_file():
         raise InputError(f"{path}: inputs file not found")
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with contextlib.ExitStack() as stack:
+            data = np.load(path, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a plain .npy: one array, not an archive
+                raise InputError(f"{path}: one NumPy array, not a ccsdt .npz inputs file "
+                                 "(write one with --save-inputs)")
+            stack.enter_context(data)
             keys = set(data.files)
             fmt = str(data["format"]) if "format" in keys else None
             if fmt != FORMAT:

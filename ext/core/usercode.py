@@ -140,7 +140,8 @@ def split_spec(spec: str, what: str) -> tuple[str, str]:
     at once).
 
     Raises:
-        InputError: a malformed ``spec``, or a ``.py`` file that is missing or unreadable -- naming ``what``.
+        InputError: a malformed ``spec``, a ``.py`` file that is missing or unreadable, or a file that is not
+            a ``.py`` file -- naming ``what``.
     """
     mod_name, sep, fn_name = spec.rpartition(":")
     if not sep or not mod_name or not fn_name:
@@ -149,6 +150,9 @@ def split_spec(spec: str, what: str) -> tuple[str, str]:
         from .paths import check_input
 
         check_input(mod_name, what=what)
+    elif Path(mod_name).is_file():  # a file, but not Python's: read as a module name it would only not import
+        raise InputError(f"{what}: {mod_name} is a file but not a Python file; name FILE.py:function or "
+                         "MODULE:function")
     return mod_name, fn_name
 
 

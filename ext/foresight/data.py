@@ -187,7 +187,7 @@ def load_fields(path: str | Path, fmt: str = "auto", fields: list[str] | None = 
     ``.npy``/``.npz``, ``.raw``/``.bin``/``.dat`` with ``dims``) or the GenericIO magic.
 
     Raises:
-        InputError: an unknown format, a raw file without dims, a missing field.
+        InputError: an unknown format, a raw file without dims, dims for a file that is not raw, a missing field.
     """
     path = Path(path)
     if not path.exists():
@@ -206,6 +206,9 @@ def load_fields(path: str | Path, fmt: str = "auto", fields: list[str] | None = 
             fmt = "raw"
         else:
             raise InputError(f"{path}: cannot tell the format; set input.format to hdf5, numpy, raw or genericio")
+    if dims and fmt != "raw":  # a contradiction, refused rather than ignored
+        raise InputError(f"{path}: dims {list(dims)} are for raw volumes; a {fmt} file stores its own shape "
+                         "(drop --dims / input.dims)")
     if fmt == "hdf5":
         return load_hdf5(path, fields)
     if fmt == "numpy":

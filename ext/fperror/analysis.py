@@ -204,8 +204,11 @@ def _free_inputs(dag: ExprDAG) -> torch.Tensor:
 
 
 def _culprits(dag: ExprDAG, terms: torch.Tensor, top: int) -> list[dict]:
+    """The ``top`` largest error terms as culprits.  A term below float64's smallest normal number is the
+    outward rounding of a zero (an operation outside the output's backward cone has a zero adjoint, widened
+    to the smallest subnormal): not a contribution, not listed."""
     total = float(terms.sum())
-    k = min(top, int((terms > 0).sum()))
+    k = min(top, int((terms >= torch.finfo(torch.float64).tiny).sum()))
     if k == 0:
         return []
     vals, idx = torch.topk(terms, k)

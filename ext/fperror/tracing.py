@@ -249,8 +249,8 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
         dtype: the precision the function runs in (float64, float32 or float16).
 
     Raises:
-        InputError: an empty range, a dimension below 1, an unsupported torch operation or a value of
-            the inputs read by Python (a data-dependent branch; naming the line), a non-float result.
+        InputError: an empty range, a bound that is not a finite number, a dimension below 1, an unsupported torch operation or a value of
+            the inputs read by Python (a data-dependent branch; naming the line), a non-float or empty result.
     """
     if dtype not in _BITS:
         raise InputError(f"dtype {dtype} is not float16/32/64")
@@ -265,7 +265,10 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
     tracer = _Tracer(b)
     kw = {}
     for name, (lo, hi) in ranges.items():
-        lo_f, hi_f = Fraction(lo), Fraction(hi)
+        try:
+            lo_f, hi_f = Fraction(lo), Fraction(hi)
+        except (ValueError, OverflowError, TypeError):
+            raise InputError(f"range of {name!r} is {lo}:{hi}: both bounds must be finite numbers") from None
         if lo_f > hi_f:
             raise InputError(f"range of {name!r} is empty: {lo}:{hi}")
         shape = tuple(shapes.get(name, ()))
@@ -303,4 +306,8 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
         for j, i in enumerate(ids):
             idx = torch.unravel_index(torch.tensor(j), o.shape) if o.dim() else ()
             pairs.append((base + ("[" + ",".join(str(int(x)) for x in idx) + "]" if o.dim() else ""), i))
+    if not pairs:
+        shown = ", ".join(f"{k}={tuple(v)}" for k, v in shapes.items()) or "none"
+        raise _result_error(fn, "at least one value to bound", f"only empty tensors (shapes: {shown}); "
+                                                               "check the input shapes")
     return b.build(pairs, getattr(fn, "name", None) or getattr(fn, "__name__", "traced"))

@@ -97,10 +97,13 @@ class PipelineOptions(Options):
         """Check every value once, as the config is made.
 
         Raises:
-            ConfigError: a value out of range or not among the choices (naming the option), or an
-                invalid seed (naming ``--seed``).
+            ConfigError: a value out of range or not among the choices (naming the option), an
+                invalid seed (naming ``--seed``), or ``--gapped-by`` with ``--nogapped``.
         """
         super().__post_init__()
+        if not self.gapped and self.gapped_by != "auto":  # a contradiction, refused rather than ignored
+            raise ConfigError(f"--gapped-by {self.gapped_by} with --nogapped: there is no gapped stage to run; "
+                              "drop one of them")
         match_n = re.fullmatch(r"match(\d+)", self.seed.strip())
         if match_n and not MIN_SEED_WEIGHT <= int(match_n[1]) <= MAX_SEED_WEIGHT:
             raise ConfigError(f"--seed {self.seed!r}: matchN needs N between {MIN_SEED_WEIGHT} and {MAX_SEED_WEIGHT}")

@@ -131,7 +131,7 @@ def check_output(path: str | os.PathLike | None, inputs=()) -> None:
     written.
 
     Raises:
-        InputError: ``path`` is one of ``inputs`` (the FASTA files), a folder, its folder does not exist,
+        InputError: ``path`` is one of ``inputs`` (the FASTA files), a folder, its folder does not exist or is a file,
             or it is not writable.
     """
     if _to_stdout(path):
@@ -146,6 +146,8 @@ def check_output(path: str | os.PathLike | None, inputs=()) -> None:
             raise InputError(f"--output {p}: not writable (permission denied)")
         return
     parent = p.parent
+    if parent.exists() and not parent.is_dir():
+        raise InputError(f"--output {p}: {parent} is a file, not a folder")
     if not parent.is_dir():
         raise InputError(f"--output {p}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):

@@ -157,6 +157,7 @@ def test_gapped_by_lastz(cli, pair):
         (None, ["--gapped-by", "lastz", "--lastz", "no-such-lastz"], ["lastz executable", "not on PATH"]),
         (None, ["--device", "tpu"], ["device"]),
         (None, ["--format", "sam"], ["--format", "must be one of", "'sam'"]),
+        (None, ["--gapped-by", "numpy", "--nogapped"], ["--gapped-by numpy with --nogapped", "drop one"]),
     ],
 )
 def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):

@@ -37,13 +37,18 @@ def test_unknown_energies_stay_nan(tmp_path):
 
 
 def test_loader_errors_name_the_file(tmp_path):
-    """A missing file, a non-npz, another npz format, a missing array and bad shapes are one-line InputErrors."""
+    """A missing file, a non-npz, a plain .npy, another npz format, a missing array and bad shapes are one-line
+    InputErrors."""
     with pytest.raises(InputError, match="inputs file not found"):
         load_inputs(tmp_path / "nope.npz")
     text = tmp_path / "text.npz"
     text.write_text("not a zip file\n")
     with pytest.raises(InputError, match=r"text\.npz: cannot read"):
         load_inputs(text)
+    plain = tmp_path / "rho.npy"
+    np.save(plain, np.zeros(3))
+    with pytest.raises(InputError, match=r"rho\.npy: one NumPy array, not a ccsdt \.npz inputs file"):
+        load_inputs(plain)
     other = tmp_path / "other.npz"
     np.savez(other, a=np.zeros(3))
     with pytest.raises(InputError, match=r"other\.npz: not a ccsdt inputs file"):

@@ -50,6 +50,8 @@ def test_raw_npy_npz_and_bad_files(tmp_path):
     np.save(tmp_path / "a.npy", a)
     np.savez(tmp_path / "b.npz", rho=a, u=a * 2)
     assert np.array_equal(load_fields(tmp_path / "a.npy")["a"].numpy(), a)
+    with pytest.raises(InputError, match="dims \\[4, 4\\] are for raw volumes; a numpy file"):
+        load_fields(tmp_path / "a.npy", dims=[4, 4])
     assert set(load_fields(tmp_path / "b.npz")) == {"rho", "u"}
     with pytest.raises(InputError, match="no field 'p'"):
         load_fields(tmp_path / "b.npz", fields=["p"])

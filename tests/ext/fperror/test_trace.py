@@ -78,3 +78,29 @@ def test_softmax_shift_is_known_nonpositive():
     assert nonpositive_subs(dag) is not None and int(nonpositive_subs(dag).sum()) == 5
     res = bound(softmax, {"x": (-2.0, 2.0)}, {"x": (5,)}, torch.float32, BoundOptions(bb_iters=5, time_budget_s=1e6))
     assert max(o.abs_bound for o in res.outputs) < 1e-4
+
+
+@pytest.mark.parametrize("lo,hi", [(0.0, float("nan")), (0.0, float("inf")), (float("-inf"), 0.0)])
+def test_a_range_that_is_not_finite_is_one_error(lo, hi):
+    """A NaN or infinite bound of an input range is refused naming the input (it was a traceback)."""
+    with pytest.raises(InputError, match="'u' .*finite numbers"):
+        bound(stencil, {"u": (lo, hi)}, {"u": (6,)})
+
+
+def test_a_function_returning_only_empty_tensors_is_one_error():
+    """Shapes that leave the function nothing to compute (the stencil of one point) are refused, not an empty
+    report."""
+    with pytest.raises(InputError, match="at least one value to bound.*u=\\(1,\\)"):
+        bound(stencil, {"u": (0.0, 1.0)}, {"u": (1,)})
+
+
+def test_culprits_are_the_operations_an_output_depends_on(shared_data):
+    """An output's culprits are operations of its own expression: the others have a zero adjoint, whose outward
+    rounding (the smallest subnormal) is not listed (simple.txt's O4 = x*x + y on line 10 listed O2's and O3's
+    operations at 0.0 %)."""
+    from torchhpc.ext.fperror import analyze, load
+
+    res = analyze(load(shared_data / "fperror" / "satire_small" / "simple.txt"))
+    o4 = next(o for o in res.outputs if o.name == "O4")
+    assert o4.culprits and all(c["source"].startswith("10:") for c in o4.culprits), o4.culprits
+    assert all(c["bound"] >= torch.finfo(torch.float64).tiny for o in res.outputs for c in o.culprits)

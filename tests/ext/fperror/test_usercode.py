@@ -124,6 +124,16 @@ def test_guard_keeps_our_own_errors_and_names_user_lines(tmp_path):
     assert isinstance(exc.value.__cause__, ZeroDivisionError)  # kept for TORCHHPC_DEBUG=1
 
 
+def test_a_file_that_is_not_python_is_named_so(tmp_path, monkeypatch):
+    """``--model genome.fa:build`` names the file as not Python (it read as a module ``genome`` that would not
+    import); a dotted module name that is no file still imports as a module."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "genome.fa").write_text(">x\nACGT\n")
+    with pytest.raises(InputError, match="^--model: genome.fa is a file but not a Python file"):
+        load_function("genome.fa:build", "--model")
+    assert load_function("os.path:join", "--model")("a", "b") == "a/b"
+
+
 def test_guard_describes_exceptions_in_one_line():
     """A multi-line message keeps its first line."""
     assert describe_exception(ValueError("first\nsecond")) == "ValueError: first"

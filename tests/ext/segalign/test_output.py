@@ -24,10 +24,12 @@ def test_check_output_accepts_stdout_and_new_files(tmp_path):
     assert existing.read_text() == "keep" and not (tmp_path / "new.maf").exists()
 
 
-@pytest.mark.parametrize("make, words", [("folder", ["is a folder"]), ("missing", ["does not exist"])])
+@pytest.mark.parametrize("make, words", [("folder", ["is a folder"]), ("missing", ["does not exist"]),
+                                         ("file", ["afile is a file, not a folder"])])
 def test_check_output_refuses(tmp_path, make, words):
-    """A folder or a file in a missing folder is an InputError naming --output."""
-    path = tmp_path if make == "folder" else tmp_path / "no" / "x.maf"
+    """A folder, a file in a missing folder or a file "in" a file is an InputError naming --output."""
+    (tmp_path / "afile").write_text("")
+    path = {"folder": tmp_path, "missing": tmp_path / "no" / "x.maf", "file": tmp_path / "afile" / "x.maf"}[make]
     with pytest.raises(InputError) as exc:
         check_output(path)
     assert "--output" in str(exc.value) and all(w in str(exc.value) for w in words)
