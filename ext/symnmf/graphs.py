@@ -445,7 +445,8 @@ def load_graph(opts: GraphOptions, k: int) -> Graph:
         InputError: a missing or malformed file, or a matrix :func:`check_similarity` refuses.
 
     Warns:
-        UserWarning: as :func:`check_similarity` (symmetrised input, isolated nodes).
+        UserWarning: as :func:`check_similarity` (symmetrised input, isolated nodes); features with fewer
+            distinct points than clusters.
     """
     if opts.dataset == "digits":
         g = digits_graph(opts.n_neighbors)
@@ -456,6 +457,11 @@ def load_graph(opts: GraphOptions, k: int) -> Graph:
         if not Path(opts.features).is_file():
             raise InputError(f"{opts.features}: no such feature file")
         X = read_features(opts.features)
+        distinct = len(np.unique(X.reshape(len(X), -1), axis=0))
+        if distinct < k:  # the kNN graph's ties among equal points are broken by row order alone
+            warnings.warn(f"{opts.features}: only {distinct} distinct point(s) among {len(X)} for k = {k} "
+                          "clusters: equal points are told apart by their row order alone, so the clusters are "
+                          "arbitrary", stacklevel=2)
         g = Graph(knn_similarity(X, opts.n_neighbors), np.arange(len(X)), None, opts.features)
     else:
         g = read_graph(opts.path, symmetrize=opts.symmetrize, label_attribute=opts.label_attribute)

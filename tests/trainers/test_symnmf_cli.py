@@ -104,6 +104,15 @@ def test_no_input_and_nan_features_are_clear_errors(tmp_path, capsys):
     assert code == 1 and "(1, 1) is not finite" in err
 
 
+def test_features_with_fewer_distinct_points_than_clusters_are_a_warning(tmp_path, capsys):
+    """50 copies of one point and 3 clusters: the run finishes, and its warnings say the clusters are arbitrary."""
+    np.save(tmp_path / "same.npy", np.ones((50, 4)))
+    code, out, err = _run(["--features", str(tmp_path / "same.npy"), "--k", "3", "--output", str(tmp_path / "o"),
+                           "--json"], capsys)
+    assert code == 0, err
+    assert any("only 1 distinct point(s) among 50 for k = 3" in w for w in json.loads(out)["warnings"])
+
+
 def test_isolated_nodes_are_reported_and_labelled_minus_one(tmp_path, capsys):
     """An isolated node (self-loop-free, listed with weight 0) is a warning, and its label is -1."""
     (tmp_path / "g.txt").write_text("0 1\n1 2\n2 0\n3 4\n4 5\n5 3\n6 0 0\n")

@@ -191,10 +191,10 @@ def _gapped_case(rng, n, cover_kind):
     elif cover_kind in ("stacked", "wide"):  # alignments stacked on the same query bases: Walls' overflow rows
         # wide: the int64 walls of a target past 2^31 bases, with alignments 3e9 bases away stacked in as well
         cover = Walls(q.size, n_t=2 ** 32 if cover_kind == "wide" else n)
-        for k in range(8 if cover_kind == "wide" else 5):
+        for k in range(5):
             qs = int(rng.integers(0, 10)) + q.size // 3
             qpos = np.arange(qs, min(qs + 15, q.size))
-            far = 3_000_000_000 if k % 2 and cover_kind == "wide" else 0
+            far = 3_000_000_000 if k == 1 and cover_kind == "wide" else 0
             cover.add(far + np.clip(qpos + int(rng.integers(-20, 20)), 0, n - 1), qpos)
         assert cover.rows > 0 and (cover.dtype == np.int64) == (cover_kind == "wide")
     return t, q, t0, q0, dirs, cover
