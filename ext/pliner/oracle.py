@@ -57,9 +57,12 @@ def precision_context(cfg: Precision):
         if cfg.autocast != "none":
             stack.enter_context(torch.autocast(cfg.device, dtype=getattr(torch, cfg.autocast)))
         if cfg.device == "cuda":
-            old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+            # matmuls through set_float32_matmul_precision, the API a user's own setting ("medium", say) is made
+            # with: torch 2.13 refuses to read the precision back once the older allow_tf32 flag was written over it
+            old = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
             on = cfg.matmul == "tf32"
-            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+            torch.set_float32_matmul_precision("high" if on else "highest")
+            torch.backends.cudnn.allow_tf32 = on
             stack.callback(lambda: _restore_tf32(old))
         elif cfg.matmul == "tf32":
             stack.enter_context(TF32Emulation())
@@ -71,7 +74,8 @@ def precision_context(cfg: Precision):
 
 
 def _restore_tf32(old) -> None:
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+    torch.set_float32_matmul_precision(old[0])
+    torch.backends.cudnn.allow_tf32 = old[1]
 
 
 def check_device(cfg: Precision) -> None:

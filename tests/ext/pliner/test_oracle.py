@@ -64,3 +64,28 @@ def test_presets_combine_and_reject_unknown():
         parse_precision("fp8")
     with pytest.raises(ConfigError, match="tf32"):
         parse_precision("tf32+compile")
+
+
+@pytest.mark.parametrize("user", [None, "medium"])
+def test_a_cuda_configuration_leaves_the_users_matmul_precision_as_it_was(user):
+    """A CUDA configuration sets TF32 (or full float32) for its run and puts back what the user had: their
+    ``set_float32_matmul_precision("medium")`` reads back as "medium" (with torch's older allow_tf32 flag written
+    over it, reading it back raised a RuntimeError), and cuDNN's TF32 flag too.  No GPU is needed: these are
+    process-wide settings."""
+    from torchhpc.ext.pliner.config import Precision
+    from torchhpc.ext.pliner.oracle import precision_context
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        if user:
+            torch.set_float32_matmul_precision(user)
+        mine = torch.get_float32_matmul_precision()
+        for matmul, inside in (("tf32", "high"), ("ieee", "highest")):
+            with precision_context(Precision(device="cuda", matmul=matmul)):
+                assert torch.get_float32_matmul_precision() == inside
+                assert torch.backends.cudnn.allow_tf32 == (matmul == "tf32")
+            assert torch.get_float32_matmul_precision() == mine
+            assert torch.backends.cudnn.allow_tf32 == before[1]
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+        torch.backends.cudnn.allow_tf32 = before[1]
