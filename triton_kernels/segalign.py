@@ -287,7 +287,7 @@ def _ydrop_kernel(
     t_ptr, q_ptr, n_t, n_q,  # uint8 sequence codes (torchhpc.ext.segalign.fasta)
     t0_ptr, q0_ptr, dir_ptr,  # (B,) int64: each extension's first cell and direction (+1 / -1)
     sc_ptr, amb, oe, ext, ydrop,  # (16,) int32 nucleotide scores 4 t + q; ambiguous score; gap open+extend, extend
-    wlo_ptr, whi_ptr, wrow_ptr, olo_ptr, ohi_ptr, n_ocols,  # the walls (int32)
+    wlo_ptr, whi_ptr, wrow_ptr, olo_ptr, ohi_ptr, n_ocols,  # the walls (int32; int64 past 2^31 target bases)
     h_ptr, e_ptr, f_ptr,  # (B, 3 | 2 | 2, CAP) int32 scratch: anti-diagonals D-2, D-1, D of H; D-1, D of E, F
     tb_ptr, tb_cap, offs_ptr, los_ptr, d_cap,  # (B, tb_cap) uint8 traceback; (B, d_cap) int64 start, first cell
     out_ptr,  # (B, 9) int64: YDROP_FIELDS
@@ -456,8 +456,9 @@ def ydrop_sweep_triton(t: torch.Tensor, q: torch.Tensor, t0: torch.Tensor, q0: t
     """Sweep ``B`` Y-drop extensions, one program each (:func:`_ydrop_kernel`); one launch, no host sync.
 
     ``t``, ``q`` uint8 codes and ``t0``, ``q0``, ``dirs`` ``(B,)`` int64 on one device; ``scores16`` the 16
-    nucleotide scores (int32, ``4 t + q``); ``walls``: ``(lo, hi, row, olo, ohi)`` int32 tensors of
-    :class:`torchhpc.ext.segalign.walls.Walls` (``lo``/``hi`` one column; ``row`` ``None`` without overflow
+    nucleotide scores (int32, ``4 t + q``); ``walls``: ``(lo, hi, row, olo, ohi)`` tensors of
+    :class:`torchhpc.ext.segalign.walls.Walls` (int32; the positions int64 for a target of 2^31 bases or more;
+    ``lo``/``hi`` one column; ``row`` ``None`` without overflow
     rows) or ``None``.  ``cap``: the widest anti-diagonal (a power of two >= ``block``); ``tb_cap`` traceback
     bytes and ``d_cap`` anti-diagonals per extension: an extension needing more ends with status 1.
 

@@ -21,7 +21,6 @@ so the (T) can run on a machine without PySCF (``torchhpc ccsdt --inputs FILE.np
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import tempfile
@@ -318,13 +317,11 @@ def load_inputs(path: str | os.PathLike, validate: bool = True) -> TriplesInputs
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: inputs file not found")
+    with open(path, "rb") as fh:
+        if fh.read(6) == b"\x93NUMPY":  # a plain .npy (one array, not an archive): refused before it is read
+            raise InputError(f"{path}: one NumPy array, not a ccsdt .npz inputs file (write one with --save-inputs)")
     try:
-        with contextlib.ExitStack() as stack:
-            data = np.load(path, allow_pickle=False)
-            if not isinstance(data, np.lib.npyio.NpzFile):  # a plain .npy: one array, not an archive
-                raise InputError(f"{path}: one NumPy array, not a ccsdt .npz inputs file "
-                                 "(write one with --save-inputs)")
-            stack.enter_context(data)
+        with np.load(path, allow_pickle=False) as data:
             keys = set(data.files)
             fmt = str(data["format"]) if "format" in keys else None
             if fmt != FORMAT:

@@ -140,8 +140,7 @@ def split_spec(spec: str, what: str) -> tuple[str, str]:
     at once).
 
     Raises:
-        InputError: a malformed ``spec``, a ``.py`` file that is missing or unreadable, or a file that is not
-            a ``.py`` file -- naming ``what``.
+        InputError: a malformed ``spec``, or a ``.py`` file that is missing or unreadable -- naming ``what``.
     """
     mod_name, sep, fn_name = spec.rpartition(":")
     if not sep or not mod_name or not fn_name:
@@ -150,9 +149,6 @@ def split_spec(spec: str, what: str) -> tuple[str, str]:
         from .paths import check_input
 
         check_input(mod_name, what=what)
-    elif Path(mod_name).is_file():  # a file, but not Python's: read as a module name it would only not import
-        raise InputError(f"{what}: {mod_name} is a file but not a Python file; name FILE.py:function or "
-                         "MODULE:function")
     return mod_name, fn_name
 
 
@@ -199,6 +195,10 @@ def load_function(spec: str, what: str) -> UserFunction:
             (f":{exc.offset}" if exc.offset else "")
         raise InputError(f"{what}: cannot import {mod_name}: {at}: {type(exc).__name__}: {exc.msg}") from exc
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - an import failure of user code is bad input
+        missing = getattr(exc, "name", None) or ""
+        if isinstance(exc, ModuleNotFoundError) and f"{mod_name}.".startswith(f"{missing}.") and Path(mod_name).is_file():
+            raise InputError(f"{what}: {mod_name} is a file but not a Python file; name FILE.py:function or "
+                             "MODULE:function") from exc
         raise InputError(f"{what}: importing {mod_name} failed: {describe_exception(exc)}") from exc
     fn = getattr(mod, fn_name, None)
     if fn is None:

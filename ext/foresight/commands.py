@@ -155,6 +155,7 @@ def _timed(call):
     first = time.perf_counter() - t0
     if first >= REPEAT_BELOW_S:
         return out, first, first
+    out = None  # (not two results held at once: a decoded field may be large)
     t0 = time.perf_counter()
     out = call()
     return out, min(first, time.perf_counter() - t0), first

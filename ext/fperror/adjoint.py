@@ -260,6 +260,23 @@ def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: 
     return Cone([(gi, None if s is None else next(pieces)) for gi, s in picks], rows_d)
 
 
+def depends_on(groups: Groups, outs: np.ndarray, n: int) -> np.ndarray:
+    """``(N, C)`` bool: node ``i`` lies in the backward cone of node ``outs[c]`` (the node itself included),
+    from the DAG's structure on the host.  An operation outside an output's cone has a zero adjoint, which the
+    widened interval arithmetic carries as the smallest subnormal: not a contribution to that output."""
+    live = np.zeros((n, len(outs)), dtype=bool)
+    live[np.asarray(outs, dtype=np.int64), np.arange(len(outs))] = True
+    for gi in range(len(groups.groups) - 1, -1, -1):  # users above their operands: one pass from the top
+        idx, a, b = groups.host[gi]
+        rows = live[idx]
+        if not rows.any():
+            continue
+        np.logical_or.at(live, a, rows)  # (an operand shared by several rows: every row counts)
+        if groups.groups[gi][0] in (ADD, SUB, MUL, DIV, MAX):
+            np.logical_or.at(live, b, rows)
+    return live
+
+
 def cone_errors(dag: ExprDAG, groups: Groups, fw: Forward, cols: torch.Tensor, cut_level: int | None,
                 cut_err: torch.Tensor | None) -> torch.Tensor:
     """Rigorous error bounds ``(C,)`` of the nodes ``cols`` (each taken as an output, box 0).

@@ -17,12 +17,13 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from torchhpc.ext.core.errors import ConfigError
 
 from . import interval as iv
-from .adjoint import cone_errors, error_terms, partial_derivatives, upward_sum
+from .adjoint import cone_errors, depends_on, error_terms, partial_derivatives, upward_sum
 from .config import BoundOptions
 from .dag import (
     ADD,
@@ -203,12 +204,14 @@ def _free_inputs(dag: ExprDAG) -> torch.Tensor:
     return (dag.box[dag.input_nodes, 1] > dag.box[dag.input_nodes, 0])
 
 
-def _culprits(dag: ExprDAG, terms: torch.Tensor, top: int) -> list[dict]:
-    """The ``top`` largest error terms as culprits.  A term below float64's smallest normal number is the
-    outward rounding of a zero (an operation outside the output's backward cone has a zero adjoint, widened
-    to the smallest subnormal): not a contribution, not listed."""
+def _culprits(dag: ExprDAG, terms: torch.Tensor, top: int, related: np.ndarray | None = None) -> list[dict]:
+    """The ``top`` largest error terms as culprits, among the operations the output depends on (``related``,
+    :func:`.adjoint.depends_on`: the others' terms are the outward rounding of a zero adjoint, not
+    contributions; their share of the bound stays in the total)."""
     total = float(terms.sum())
-    k = min(top, int((terms >= torch.finfo(torch.float64).tiny).sum()))
+    if related is not None:
+        terms = torch.where(torch.from_numpy(related), terms, 0.0)
+    k = min(top, int((terms > 0).sum()))
     if k == 0:
         return []
     vals, idx = torch.topk(terms, k)
@@ -352,11 +355,12 @@ def analyze(dag: ExprDAG, options: BoundOptions | None = None, *, progress: bool
                     better = tot2 < tot
                     rig = torch.where(better[None], rig2, rig)
                     tot = torch.minimum(tot, tot2)
+            related = depends_on(groups, dag.output_nodes[s:s + chunk].numpy(), dag.num_nodes)
             for j in range(outs.numel()):
                 o = int(outs[j])
                 rng = (float(fw0.vl[o, 0]), float(fw0.vh[o, 0]))
                 results.append(_make_output(dag, s + j, float(tot[j]), float(ftot[j]), rng, rig[:, j], 1,
-                                            {}, opts.top))
+                                            {}, opts.top, related=related[:, j]))
             if bar is not None:
                 bar.update(outs.numel())
         if bar is not None:
@@ -384,13 +388,13 @@ def _rss_peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _make_output(dag, k, abs_b, first, rng, terms, boxes, worst, top, lower=math.nan) -> OutputBound:
+def _make_output(dag, k, abs_b, first, rng, terms, boxes, worst, top, lower=math.nan, related=None) -> OutputBound:
     lo, hi = rng
     mn = 0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))
     rel = abs_b / mn if mn > 0 else None
     second = max(abs_b - first, 0.0) if first == first else math.nan
-    return OutputBound(dag.outputs[k], abs_b, rel, first, second, rng, _culprits(dag, terms.cpu(), top), boxes,
-                       worst, lower)
+    return OutputBound(dag.outputs[k], abs_b, rel, first, second, rng, _culprits(dag, terms.cpu(), top, related),
+                       boxes, worst, lower)
 
 
 class _Pool:
@@ -481,8 +485,9 @@ def _branch_and_bound(dag, groups, k, lo0, hi0, fw0, iters, batch, tol, deadline
             pool.keep(keep)
     i = int(pool.ub.argmax())
     first_ub = float(pool.first.max())
+    related = depends_on(groups, dag.output_nodes[k:k + 1].cpu().numpy(), dag.num_nodes)[:, 0]
     return _make_output(dag, k, float(pool.ub[i]), first_ub, pool.range(), pool.terms[:, i], evaluated, worst_pt,
-                        top, best_lb)
+                        top, best_lb, related)
 
 
 __all__ = ["Analysis", "OutputBound", "analyze", "choose_cut", "forward_errors", "linear_cut"]

@@ -49,6 +49,7 @@ def test_compress_then_decompress_json(tmp_path, capsys):
                                "--mode", "abs", "--bound", "0.01", "--json"]) == 0
         rep = json.loads(capsys.readouterr().out)
         assert rep["max_abs_error"] <= 0.01 and rep["ratio"] > 1 and rep["compress_MBps"] > 0
+        assert {"compress_first_s", "decompress_first_s"} <= set(rep)  # the MB/s came through _timed
         assert foresight.main(["decompress", str(tmp_path / "x.fsz"), str(tmp_path / "y.npy"), "--original",
                                str(tmp_path / "x.npy"), "--json"]) == 0
         back = json.loads(capsys.readouterr().out)

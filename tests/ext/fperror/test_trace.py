@@ -95,12 +95,19 @@ def test_a_function_returning_only_empty_tensors_is_one_error():
 
 
 def test_culprits_are_the_operations_an_output_depends_on(shared_data):
-    """An output's culprits are operations of its own expression: the others have a zero adjoint, whose outward
-    rounding (the smallest subnormal) is not listed (simple.txt's O4 = x*x + y on line 10 listed O2's and O3's
-    operations at 0.0 %)."""
-    from torchhpc.ext.fperror import analyze, load
+    """An output's culprits are operations of its own expression (its backward cone): the others have a zero
+    adjoint, whose outward rounding (the smallest subnormal) is no contribution (simple.txt's O4 = x*x + y on
+    line 10 listed O2's and O3's operations at 0.0 %)."""
+    from torchhpc.ext.fperror import analyze, load, parse_satire
 
     res = analyze(load(shared_data / "fperror" / "satire_small" / "simple.txt"))
     o4 = next(o for o in res.outputs if o.name == "O4")
     assert o4.culprits and all(c["source"].startswith("10:") for c in o4.culprits), o4.culprits
-    assert all(c["bound"] >= torch.finfo(torch.float64).tiny for o in res.outputs for c in o.culprits)
+    # another output's operations on values near 1e60 (their widened zero adjoint times the value is no longer
+    # subnormal) are still not O2's; real underflow terms (subnormal) of an output are its culprits
+    big = analyze(parse_satire("INPUTS { x fl64 : (0, 0.1); y fl64 : (1e20, 2e20); } OUTPUTS { O1; O2; } "
+                               "EXPRS { O1 rnd64 = y*y*y; O2 rnd64 = x*x + x; }"), bb_iters=0)
+    assert sorted(c["op"] for c in big.outputs[1].culprits) == ["*", "+"]
+    tiny = analyze(parse_satire("INPUTS { x fl64 : (1e-156, 2e-155); y fl64 : (1e-156, 2e-155); } OUTPUTS { O1; } "
+                                "EXPRS { O1 rnd64 = x*y + x*x; }"), bb_iters=0)
+    assert len(tiny.outputs[0].culprits) == 3 and tiny.outputs[0].abs_bound > 0

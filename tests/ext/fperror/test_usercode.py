@@ -126,12 +126,16 @@ def test_guard_keeps_our_own_errors_and_names_user_lines(tmp_path):
 
 def test_a_file_that_is_not_python_is_named_so(tmp_path, monkeypatch):
     """``--model genome.fa:build`` names the file as not Python (it read as a module ``genome`` that would not
-    import); a dotted module name that is no file still imports as a module."""
+    import); a dotted module name that is no file still imports as a module, and so does a module with a
+    non-Python file of its name beside it."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "genome.fa").write_text(">x\nACGT\n")
     with pytest.raises(InputError, match="^--model: genome.fa is a file but not a Python file"):
         load_function("genome.fa:build", "--model")
     assert load_function("os.path:join", "--model")("a", "b") == "a/b"
+    (tmp_path / "netdef").write_bytes(b"\x7fELF")  # a file named as the module, beside the module itself
+    (tmp_path / "netdef.py").write_text("def f():\n    return 7\n")
+    assert load_function("netdef:f", "--model")() == 7
 
 
 def test_guard_describes_exceptions_in_one_line():
