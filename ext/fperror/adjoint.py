@@ -229,29 +229,34 @@ class Cone:
     """``(L,)`` the live nodes, ascending."""
 
 
-def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: int | None, dev) -> Cone:
-    """The backward cone of the nodes ``outs``: groups above every output and those at or below ``cut_level``
-    left out.  One host read (``outs``) and one transfer, whatever the number of groups."""
-    outs_h = np.asarray(outs.tolist(), dtype=np.int64).reshape(-1)  # the one host read
-    level = groups.node_level
-    top = int(level[outs_h].max()) if outs_h.size else -1
-    live = np.zeros(dag.num_nodes, dtype=bool)
-    live[outs_h] = True
-    picks: list[tuple[int, np.ndarray | None]] = []
+def _cone_walk(groups: Groups, live: np.ndarray, top: int, cut_level: int | None):
+    """Walk the groups from the top down, from ``live`` (``(N,)`` or ``(N, C)`` bool: the outputs marked), marking
+    the operands of every live row in place; yields ``(group, its rows' liveness)`` for each group with a live row.
+    Groups above ``top`` are skipped and the walk stops at ``cut_level``.  A row's liveness is final when its
+    group is reached: a node's users sit in groups of higher levels, all visited before."""
     for gi in range(len(groups.groups) - 1, -1, -1):
         if groups.levels[gi] > top:
             continue
         if cut_level is not None and groups.levels[gi] <= cut_level:
             break
         idx, a, b = groups.host[gi]
-        lv = live[idx]  # final: a node's users sit in groups of higher levels, all visited before
+        lv = live[idx]
         if not lv.any():
             continue
-        sel = None if lv.all() else np.flatnonzero(lv)
-        picks.append((gi, sel))
-        live[a if sel is None else a[sel]] = True
+        yield gi, lv
+        np.logical_or.at(live, a, lv)  # (an operand shared by several rows: every row counts)
         if groups.groups[gi][0] in (ADD, SUB, MUL, DIV, MAX):
-            live[b if sel is None else b[sel]] = True
+            np.logical_or.at(live, b, lv)
+
+
+def _backward_cone(dag: ExprDAG, groups: Groups, outs: torch.Tensor, cut_level: int | None, dev) -> Cone:
+    """The backward cone of the nodes ``outs``: groups above every output and those at or below ``cut_level``
+    left out.  One host read (``outs``) and one transfer, whatever the number of groups."""
+    outs_h = np.asarray(outs.tolist(), dtype=np.int64).reshape(-1)  # the one host read
+    top = int(groups.node_level[outs_h].max()) if outs_h.size else -1
+    live = np.zeros(dag.num_nodes, dtype=bool)
+    live[outs_h] = True
+    picks = [(gi, None if lv.all() else np.flatnonzero(lv)) for gi, lv in _cone_walk(groups, live, top, cut_level)]
     rows = np.flatnonzero(live)
     parts = [rows] + [s for _, s in picks if s is not None]
     flat = torch.from_numpy(np.concatenate(parts).astype(np.int64)).to(dev)
@@ -264,16 +269,12 @@ def depends_on(groups: Groups, outs: np.ndarray, n: int) -> np.ndarray:
     """``(N, C)`` bool: node ``i`` lies in the backward cone of node ``outs[c]`` (the node itself included),
     from the DAG's structure on the host.  An operation outside an output's cone has a zero adjoint, which the
     widened interval arithmetic carries as the smallest subnormal: not a contribution to that output."""
+    outs = np.asarray(outs, dtype=np.int64)
     live = np.zeros((n, len(outs)), dtype=bool)
-    live[np.asarray(outs, dtype=np.int64), np.arange(len(outs))] = True
-    for gi in range(len(groups.groups) - 1, -1, -1):  # users above their operands: one pass from the top
-        idx, a, b = groups.host[gi]
-        rows = live[idx]
-        if not rows.any():
-            continue
-        np.logical_or.at(live, a, rows)  # (an operand shared by several rows: every row counts)
-        if groups.groups[gi][0] in (ADD, SUB, MUL, DIV, MAX):
-            np.logical_or.at(live, b, rows)
+    live[outs, np.arange(len(outs))] = True
+    top = int(groups.node_level[outs].max()) if outs.size else -1
+    for _ in _cone_walk(groups, live, top, None):
+        pass
     return live
 
 

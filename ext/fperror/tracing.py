@@ -249,8 +249,9 @@ def trace(fn, ranges: dict[str, tuple[float, float]], shapes: dict[str, tuple[in
         dtype: the precision the function runs in (float64, float32 or float16).
 
     Raises:
-        InputError: an empty range, a bound that is not a finite number, a dimension below 1, an unsupported torch operation or a value of
-            the inputs read by Python (a data-dependent branch; naming the line), a non-float or empty result.
+        InputError: an empty range, a bound that is not a finite number, a dimension below 1, an unsupported
+            torch operation or a value of the inputs read by Python (a data-dependent branch; naming the line),
+            a non-float or empty result.
     """
     if dtype not in _BITS:
         raise InputError(f"dtype {dtype} is not float16/32/64")
