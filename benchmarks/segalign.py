@@ -11,7 +11,8 @@ transition, xdrop 910, hspthresh 3000, ydrop 9430, gappedthresh 3000, both stran
   * whole alignment: ``lastz --format=maf-`` vs ours with the defaults (:func:`align_files` from the
     FASTA files, as the command runs, in this warm process) on each of ``--threads``, and the command
     ``torchhpc align`` itself in a fresh process on the first of them (``ours_cli_<n>t``: interpreter,
-    torch and kernel loading included, as a user's shell sees it); MAF recall = share of the matching
+    NumPy and numba's kernel loading included, as a user's shell sees it; on the CPU the command does not
+    import torch); MAF recall = share of the matching
     base pairs of LASTZ's MAF found in ours, precision = share of the base pairs our MAF aligns that
     LASTZ's MAF aligns too; on the simulated pair also the recall of the simulator's true pairs;
   * ``--stages nogapped``: ``lastz --nogapped`` vs ours ``--nogapped`` (HSP recall);
@@ -82,7 +83,7 @@ def maf_scores(ours_alns, ref_maf: str, truth=None) -> dict:
 def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device, truth=None) -> list[dict]:
     """The rows of one pair: the whole alignment (ours with the defaults on each of ``--threads``, LASTZ
     beside it), and with ``--stages`` the ungapped stage, the LASTZ hand-off and (with CUDA) the GPU filter."""
-    from torchhpc.ext.segalign.align import align_files, align_sequences
+    from torchhpc.ext.segalign.align import align_files, align_sequences, plan_alignment
     from torchhpc.ext.segalign.config import AlignConfig
     from torchhpc.ext.segalign.fasta import read_fasta
     from torchhpc.ext.segalign.recall import lastz_command, pairs_from_alignments, pairs_from_general, recall
@@ -96,7 +97,7 @@ def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device,
     def ours(cfg, threads):
         def call():
             torch.set_num_threads(threads)
-            return align_files(tpath, qpath, cfg)
+            return align_files(tpath, qpath, cfg, plan=plan_alignment(cfg, arrays=True))  # as the command runs
         return call
 
     # ---- whole alignment with the defaults (FASTA reading included, as for LASTZ), LASTZ beside it
@@ -105,7 +106,7 @@ def bench_pair(label: str, tpath: Path, qpath: Path, args, device: torch.device,
                                                                             fmt="maf-")))}
     for th in args.thread_list:
         cands[f"ours_{th}t"] = keep_last(got, f"{th}t", ours(AlignConfig(), th))
-    # the command a user types, in a fresh process: Python, torch and the cached kernels load first
+    # the command a user types, in a fresh process: Python, NumPy and numba's cached kernels load first
     th0 = args.thread_list[0]
     cli = [sys.executable, "-m", "torchhpc.trainers.cli", "align", str(tpath), str(qpath), "--threads", str(th0),
            "--output", os.devnull]

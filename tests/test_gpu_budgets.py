@@ -212,8 +212,8 @@ def test_sched_batched_simulator_per_decision_step(mode, budget):
 def test_sched_batched_simulator_triton_per_decision(mode):
     """The batched simulator's Triton path (what CUDA runs by default) over 4 windows: one check and one
     windows kernel per decision and one host sync (the flags), whatever the backfilling."""
+    from torchhpc.ext.core.budgets import HostWork
     from torchhpc.ext.core.data import shared_data_dir
-    from torchhpc.ext.core.hostsync import HostWork
     from torchhpc.ext.sched.batched import GPU_BUDGETS, BatchedClusterSimulator
     from torchhpc.ext.sched.swf import read_swf
 

@@ -53,10 +53,10 @@ from typing import Literal
 import numpy as np
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.device import cuda_free_bytes
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 from .blocks import (
     BUFFERS_PER_TRIPLE,

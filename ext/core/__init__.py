@@ -4,8 +4,9 @@ errors (one-line user errors and warnings), config (options as documented datacl
 shared ``dist`` section), cli (flags and --help generated from those dataclasses; the end of every
 entry point), runs (run folders, atomic checkpoints, the newest intact one, the run id agreed across
 torchrun ranks), launch (relaunching a command's job under torchrun), dispatch (which backend runs),
-device and distributed (torchrun set-up, rank helpers), hostsync (host syncs and launches of a GPU
-path, counted on the CPU), data (where the shared test data lives), paths (inputs and outputs checked before work starts; text read
+device and distributed (torchrun set-up, rank helpers), budgets (what a GPU path may ask of the host,
+declared beside it) and hostsync (those syncs and launches, counted on the CPU), lazy (names and
+modules imported on first use), data (where the shared test data lives), paths (inputs and outputs checked before work starts; text read
 plain or gzipped with any line ending), bench (the benchmark harness).
 
 Names are imported lazily, so that ``torchhpc --help`` and config checks do not pay for importing torch.
@@ -23,7 +24,7 @@ _EXPORTS = {
     "add_config_arguments": "config", "describe": "config", "dump_config": "config", "load_config": "config",
     "option": "config",
     "JobError": "launch", "relaunch": "launch", "torchrun": "launch",
-    "HostBudget": "hostsync", "count_host_work": "hostsync",
+    "HostBudget": "budgets", "HostWork": "budgets", "count_host_work": "hostsync",
     "shared_data_dir": "data",
     "check_input": "paths", "check_output": "paths", "open_text": "paths",
     "checkpoint_files": "runs", "newest_intact": "runs", "torchrun_rank": "distributed",

@@ -8,9 +8,10 @@ CPU) or ``"cpu"`` (the CPU even where a GPU is present, because the GPU path was
 
 from __future__ import annotations
 
-import torch
-
 from .errors import InputError
+from .lazy import lazy_module
+
+torch = lazy_module("torch")  # imported at first use (the modules that import this one may run without it)
 
 AUTO_CHOICES = ("cuda", "cpu")
 

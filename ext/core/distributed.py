@@ -20,11 +20,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 from .device import pick_device
 from .errors import DistributedError
+from .lazy import lazy_module
+
+# imported at first use: a one-process CPU command that never starts a process group (``torchhpc align``)
+# imports this module without loading torch
+torch = lazy_module("torch")
+dist = lazy_module("torch.distributed")
 
 
 @dataclass(frozen=True)

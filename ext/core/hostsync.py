@@ -22,12 +22,12 @@ neighbours may be one kernel with torch.compile), which is what a budget wants.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-from collections import Counter
 from collections.abc import Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from .budgets import HostWork
 
 aten = torch.ops.aten
 
@@ -54,56 +54,6 @@ def _is_free(func) -> bool:
         return True  # returns a view of an input
     return func in (aten._unsafe_view.default, aten.alias.default, aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default, aten.sym_storage_offset.default,
                     aten.is_contiguous.default, aten.size.default, aten.stride.default, aten.dim.default)
-
-
-@dataclasses.dataclass
-class HostWork:
-    """What a block of code asked of the host: syncs by kind and kernel launches by op."""
-
-    sync_ops: Counter = dataclasses.field(default_factory=Counter)
-    launch_ops: Counter = dataclasses.field(default_factory=Counter)
-    _inside_kernel: bool = dataclasses.field(default=False, repr=False)
-
-    @property
-    def syncs(self) -> int:
-        return sum(self.sync_ops.values())
-
-    @property
-    def launches(self) -> int:
-        return sum(self.launch_ops.values())
-
-    def summary(self) -> str:
-        """One line: the counts and the most frequent ops of each kind."""
-        def top(c: Counter, n: int) -> str:
-            return ", ".join(f"{k} x{v}" for k, v in c.most_common(n))
-        return f"{self.syncs} syncs ({top(self.sync_ops, 99)}); {self.launches} launches ({top(self.launch_ops, 6)})"
-
-
-@dataclasses.dataclass(frozen=True)
-class HostBudget:
-    """What a GPU code path may ask of the host per unit of work (a strand, a block, a field, a step).
-
-    Declared beside the path (``GPU_BUDGETS`` in the system's module) and enforced by
-    ``tests/test_gpu_budgets.py``, which runs the CUDA code path on CPU tensors under
-    :func:`count_host_work` and divides by the units of work it did.
-    """
-
-    unit: str
-    syncs: float
-    launches: float
-    why: str = ""
-    fixed_syncs: int = 0
-    """Syncs once per call, whatever the units (set-up, input checks)."""
-    fixed_launches: int = 0
-
-    def check(self, work: HostWork, units: float, what: str, calls: int = 1) -> None:
-        """Raise ``AssertionError`` naming ``what`` when ``work`` (``calls`` calls doing ``units`` units of work
-        in all) is over the budget."""
-        syncs = self.syncs * units + self.fixed_syncs * calls
-        launches = self.launches * units + self.fixed_launches * calls
-        if work.syncs > syncs or work.launches > launches:
-            raise AssertionError(f"{what}: {work.syncs} syncs and {work.launches} launches for {units:g} "
-                                 f"{self.unit}(s), budget {syncs:g} and {launches:g}: {work.summary()}")
 
 
 class _Counting(TorchDispatchMode):
@@ -191,4 +141,4 @@ def _patch_triton_launches(work: HostWork) -> list[tuple[type, str, object]]:
     return saved
 
 
-__all__ = ["HostBudget", "HostWork", "count_host_work"]
+__all__ = ["count_host_work"]

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 from .ops import as_volume, interp_reconstruct, interp_residuals, lorenzo_reconstruct
 

@@ -23,9 +23,9 @@ import struct
 import numpy as np
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.dispatch import numba_available, resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 #: Host work of the CUDA path per field (``count_host_work`` on CPU tensors, ``tests/test_gpu_budgets.py``).
 #: Encoding copies the residuals and the outliers to the host once each (3 ``cpu`` + 3 ``numpy`` + the

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 from . import interval as iv
 from .dag import (

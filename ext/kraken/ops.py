@@ -25,9 +25,9 @@ from typing import Literal
 
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 PoolingMode = Literal["sum", "mean"]
 

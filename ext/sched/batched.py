@@ -38,9 +38,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
 
 from . import batched_kernels
 from .simulator import BACKFILL_MODES, BSLD_THRESHOLD

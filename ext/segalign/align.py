@@ -4,6 +4,11 @@ What runs is resolved once, before any work, into an :class:`AlignPlan` (the dev
 kernel, the gapped kernel and the ranks sharing the work), which every stage is handed; the config
 itself is checked when it is made and never changed.
 
+On the CPU with the compiled kernels (numba's fused seeding and filter, its gapped stage) the whole
+pipeline can run on NumPy arrays (``plan_alignment(..., arrays=True)``, what ``torchhpc align`` asks
+for): the same stages and results, and torch is never imported (a second of start-up, more than a
+small pair's alignment).
+
     target.fa --read--> codes --build_index--> SeedIndex (once)
     query.fa  --read--> codes (+ reverse complement for --strand minus/both)
         for each strand, for each query interval (``interval`` windows):
@@ -15,12 +20,13 @@ itself is checked when it is made and never changed.
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.device import pick_device
 from torchhpc.ext.core.dispatch import resolve_backend
@@ -32,7 +38,11 @@ from .fasta import SequenceSet, read_fasta
 from .gapped import gapped_alignments, gapped_kernel
 from .ops import HSPs, remove_contained, ungapped_hsps, ungapped_hsps_fused
 from .output import Alignment, hsps_to_alignments
-from .seeds import build_index, expand_lookups, parse_seed, seed_lookups
+from .seeds import DIRECT_TABLE_MAX_WEIGHT, build_index, expand_lookups, parse_seed, seed_lookups
+from .torch_numba import cpu_threads
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -57,12 +67,15 @@ class AlignPlan:
             passes with ``numba`` only (else its tensor ops).
         gapped_by: the gapped stage: ``None`` (``--nogapped``), ``lastz``, ``numba``, ``numpy`` or ``triton``.
         ctx: the ranks that share the work (query intervals, then strands); one process by default.
+        arrays: the CPU pipeline on NumPy arrays (``device`` is then ``None``): sequences, seed table and
+            HSPs are arrays and torch is not imported.
     """
 
-    device: torch.device
+    device: torch.device | None
     backend: str
     gapped_by: str | None
     ctx: DistContext
+    arrays: bool = False
 
     @property
     def seeding(self) -> str:
@@ -71,17 +84,27 @@ class AlignPlan:
 
 
 def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = None,
-                   ctx: DistContext | None = None) -> AlignPlan:
+                   ctx: DistContext | None = None, *, arrays: bool = False) -> AlignPlan:
     """Resolve once what ``cfg`` runs: the device (``device``; default ``cfg.device`` of an
     :class:`AlignConfig`, ``cfg.dist.device`` of an :class:`~.config.AlignCommand`), the filter kernel
     (``cfg.backend`` on that device), the gapped kernel (``cfg.gapped_by``) and the ranks (``ctx``, from
     :func:`torchhpc.ext.core.distributed.distributed`; default one process).
+
+    ``arrays``: run on NumPy arrays without torch where that is the same pipeline (one process on the CPU,
+    numba's fused filter, a gapped stage on the CPU; see :class:`AlignPlan`); else as without it.
 
     Raises:
         InputError: a device, filter backend or gapped kernel that cannot run here.
     """
     if device is None:
         device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
+    if arrays and (ctx is None or ctx.world_size == 1) and str(device) in ("auto", AUTO_DEVICE, "cpu"):
+        backend = resolve_backend(cfg.backend, "cpu", choices=BACKENDS, what="--backend")
+        gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(
+            cfg.gapped_by, "cpu")
+        if backend == "numba" and cfg.fused and parse_seed(cfg.seed).count("1") <= DIRECT_TABLE_MAX_WEIGHT \
+                and gapped_by != "triton":
+            return AlignPlan(None, backend, gapped_by, ctx or DistContext(0, 1, 0, "cpu", None), arrays=True)
     dev = pick_device(device, auto=AUTO_DEVICE)
     backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
     gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by, dev)
@@ -106,21 +129,24 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
     plan = plan or plan_alignment(cfg)
     dev, backend, seeding = plan.device, plan.backend, plan.seeding
     pattern = parse_seed(cfg.seed)
-    table = cfg.scoring_scheme().table(cfg.xdrop, dev)
-    t_codes = target.codes.to(dev)
+    table = cfg.scoring_scheme().table(cfg.xdrop, dev)  # (a NumPy array with plan.arrays: dev is None)
+    if plan.arrays:
+        target, query = target.as_arrays(), query.as_arrays()
+        query_rc = query_rc.as_arrays() if query_rc is not None else None
+    t_codes = _on(target.codes, dev)
     t0 = time.perf_counter()
     index = build_index(t_codes, pattern, cfg.step, seeding)
-    stats = {"index_seconds": time.perf_counter() - t0, "index_words": int(index.ends.numel()),
+    stats = {"index_seconds": time.perf_counter() - t0, "index_words": len(index.ends),
              "hits": 0, "extended": 0, "rounds": 0}
     strands = {"plus": ["+"], "minus": ["-"], "both": ["+", "-"]}[cfg.strand]
     stats["backend"] = backend
     qcodes = {}
     for strand in strands:
         qset = query if strand == "+" else (query_rc or query.reverse_complement())
-        qcodes[strand] = qset.codes.to(dev)
+        qcodes[strand] = _on(qset.codes, dev)
     # the unit of work: one query interval of one strand (its diagonal bookkeeping is its own)
-    tasks = [(strand, s, min(s + cfg.interval, qcodes[strand].numel()))
-             for strand in strands for s in range(0, qcodes[strand].numel(), cfg.interval)]
+    tasks = [(strand, s, min(s + cfg.interval, len(qcodes[strand])))
+             for strand in strands for s in range(0, len(qcodes[strand]), cfg.interval)]
     # numba: seed look-ups and hits as tensor ops (vectorised gathers), the filter compiled; or, with
     # cfg.fused, seeding and filter in one compiled pass (no tensors of hits: least memory)
     # under torchrun each rank filters every world-th task; the results are gathered and merged in task order
@@ -130,7 +156,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
     stats["fused"] = fused
     # with several CPU threads the compiled filter runs whole intervals side by side (exact: intervals
     # are independent); otherwise one interval at a time, its diagonals split over the threads
-    workers = min(torch.get_num_threads(), len(tasks)) if backend == "numba" else 1
+    workers = min(cpu_threads(), len(tasks)) if backend == "numba" else 1
     one = 1 if workers > 1 else None
     bar = None
     if cfg.progress:
@@ -158,7 +184,7 @@ def find_hsps(target: SequenceSet, query: SequenceSet, cfg: PipelineOptions,
     def strand_hsps(strand, results_of):
         # a strand's HSPs from its tasks' results, in task order (the same however the tasks ran)
         parts = [h.to(dev) for i, (st_, _, _) in enumerate(tasks) if st_ == strand for h, _ in results_of(i)]
-        return remove_contained(HSPs.cat(parts, strand)).to("cpu")
+        return remove_contained(HSPs.cat(parts, strand, dev)).to("cpu")
 
     early = on_strand is not None and world == 1
     if workers > 1:
@@ -216,19 +242,19 @@ def align_sequences(target: SequenceSet, query: SequenceSet, cfg: PipelineOption
     plan = plan or plan_alignment(cfg)
     if plan.gapped_by == "lastz":
         _refuse_u_for_lastz(target, query)
+    if plan.arrays:
+        target, query = target.as_arrays(), query.as_arrays()
     # the caller's thread count (numba's parallel kernels may leave torch's setting changed behind them)
-    threads = torch.get_num_threads()
+    threads = cpu_threads()
     query_rc = query.reverse_complement() if cfg.strand in ("minus", "both") else None
     # (the NumPy reference holds the GIL: nothing to overlap); on CUDA the CPU threads extend one strand
     # while the GPU filters the next, as SegAlign does
     if threads > 1 and plan.gapped_by == "numba" and plan.ctx.world_size == 1:
         res = _align_overlapped(target, query, query_rc, cfg, plan, threads)
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        _keep_threads(threads)
         return res
     hsps, stats = find_hsps(target, query, cfg, query_rc, plan=plan)
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
+    _keep_threads(threads)
     sets = {"+": query, "-": query_rc}
     t0 = time.perf_counter()
     # what ran for the gapped stage: None (--nogapped), lastz, numba or numpy
@@ -309,6 +335,18 @@ def _align_overlapped(target: SequenceSet, query: SequenceSet, query_rc: Sequenc
     return AlignResult(alns, hsps, target, query, stats)
 
 
+def _on(codes, device):
+    """``codes`` on ``device``; NumPy arrays as they are where ``device`` is ``None`` (``plan.arrays``)."""
+    return codes if device is None else codes.to(device)
+
+
+def _keep_threads(threads: int) -> None:
+    """Put torch's thread count back to ``threads`` (numba's parallel kernels reset it), where torch is loaded."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def _refuse_u_for_lastz(*sets: SequenceSet) -> None:
     """LASTZ reads the files itself and refuses U, which we read as T: say so before the filter runs."""
     for seqs in sets:
@@ -330,8 +368,8 @@ def align_files(target_path: str | Path, query_path: str | Path, cfg: PipelineOp
     """
     cfg = cfg or AlignConfig()
     plan = plan or plan_alignment(cfg)
-    target = read_fasta(target_path, cfg.ambiguous)
-    query = read_fasta(query_path, cfg.ambiguous)
+    target = read_fasta(target_path, cfg.ambiguous, arrays=plan.arrays)
+    query = read_fasta(query_path, cfg.ambiguous, arrays=plan.arrays)
     for seqs in (target, query):
         if seqs.meta.get("all_soft_masked"):
             warn(f"{seqs.path}: every base is lowercase, i.e. soft-masked, and (as in LASTZ) no seed starts in "

@@ -30,6 +30,7 @@ def align(cmd: AlignCommand) -> int:
     """
     from torchhpc.ext.core.distributed import distributed, launched_by_torchrun
 
+    from . import align as pipeline
     from .output import check_output, write_alignments
 
     check_output(cmd.output, inputs=[cmd.target, cmd.query])  # before the alignment, not after
@@ -37,9 +38,19 @@ def align(cmd: AlignCommand) -> int:
         from torchhpc.ext.core.launch import relaunch
 
         return relaunch(cmd, MODULE, cmd.dist.nproc, [cmd.target, cmd.query])
-    import torch
+    if not launched_by_torchrun():
+        # one process on the CPU with the compiled kernels: NumPy arrays throughout, torch never imported
+        plan = pipeline.plan_alignment(cmd, arrays=True)
+        if plan.arrays:
+            from .torch_numba import set_cpu_threads
 
-    from . import align as pipeline
+            set_cpu_threads(cmd.dist.threads)
+            res = pipeline.align_files(cmd.target, cmd.query, cmd, plan=plan)
+            write_alignments(res.alignments, cmd.format, cmd.output)
+            if cmd.stats:
+                print(json.dumps(res.stats, default=float), file=sys.stderr)
+            return 0
+    import torch
 
     if cmd.dist.threads:
         torch.set_num_threads(cmd.dist.threads)

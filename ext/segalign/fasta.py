@@ -26,11 +26,16 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.errors import InputError
+
+from .torch_numba import host, is_tensor
+
+if TYPE_CHECKING:
+    import torch
 
 SEPARATOR = 10
 N_CODE = 8
@@ -54,7 +59,7 @@ _DECODE = np.frombuffer(b"ACGTacgtNN|", dtype=np.uint8)
 
 @dataclass
 class SequenceSet:
-    """The records of one FASTA file as one code tensor.
+    """The records of one FASTA file as one code tensor (or NumPy array: :meth:`as_arrays`).
 
     Attributes:
         names: record names (the header up to the first blank).
@@ -77,9 +82,26 @@ class SequenceSet:
     def total_bases(self) -> int:
         return int(self.lengths.sum())
 
-    def record_of(self, pos: torch.Tensor) -> torch.Tensor:
-        """Record index of each concatenated position ``(M,)``."""
-        return torch.searchsorted(self.starts, pos, right=True) - 1
+    def record_of(self, pos):
+        """Record index of each concatenated position ``(M,)`` (a tensor, or an array for an array set)."""
+        if is_tensor(self.starts):
+            import torch
+
+            return torch.searchsorted(self.starts, pos, right=True) - 1
+        return np.searchsorted(self.starts, pos, side="right") - 1
+
+    def as_arrays(self) -> SequenceSet:
+        """The set with NumPy arrays for codes, starts and lengths (sharing the memory of CPU tensors): the
+        form the CPU path without torch runs on."""
+        return SequenceSet(self.names, host(self.codes), host(self.starts), host(self.lengths), self.letters,
+                           self.path, dict(self.meta))
+
+    def as_tensors(self) -> SequenceSet:
+        """The set with CPU tensors for codes, starts and lengths (sharing the arrays' memory)."""
+        import torch
+
+        return SequenceSet(self.names, torch.as_tensor(self.codes), torch.as_tensor(self.starts),
+                           torch.as_tensor(self.lengths), self.letters, self.path, dict(self.meta))
 
     def reverse_complement(self) -> SequenceSet:
         """The whole set reverse-complemented: record r of the result is record R-1-r reversed.
@@ -88,13 +110,17 @@ class SequenceSet:
         offset ``x`` (LASTZ's reverse-complement coordinates) is ``length - 1 - x`` on plus.
         """
         # one table look-up per base (no temporaries the size of the genome)
-        comp = torch.from_numpy(_COMP_CODE[self.codes.cpu().numpy()[::-1]]).to(self.codes.device)
+        comp = _COMP_CODE[host(self.codes)[::-1]]
         letters = _complement_letters(self.letters[::-1])
-        total = self.codes.numel()
-        starts = total - (self.starts + self.lengths)
-        order = torch.arange(len(self.names) - 1, -1, -1)
-        return SequenceSet([self.names[i] for i in order.tolist()], comp, starts[order], self.lengths[order],
-                           letters, self.path, dict(self.meta, reversed=True))
+        starts = len(comp) - (self.starts + self.lengths)
+        if is_tensor(self.codes):
+            import torch
+
+            comp = torch.from_numpy(comp).to(self.codes.device)
+            starts, lengths = starts.flip(0), self.lengths.flip(0)
+        else:
+            starts, lengths = starts[::-1].copy(), self.lengths[::-1].copy()
+        return SequenceSet(self.names[::-1], comp, starts, lengths, letters, self.path, dict(self.meta, reversed=True))
 
 
 _COMP_CODE = np.arange(256, dtype=np.uint8)  # code -> its complement's (case kept; N, IUPAC, separator as they are)
@@ -123,7 +149,8 @@ def _open_text(path: Path) -> bytes:
         raise InputError(f"{path}: truncated gzip file") from exc
 
 
-def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = None) -> SequenceSet:
+def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = None, *,
+                arrays: bool = False) -> SequenceSet:
     """Parse FASTA bytes into a :class:`SequenceSet`.
 
     Args:
@@ -131,6 +158,7 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
         path: name used in error messages.
         ambiguous: ``None`` (N is a wall, other IUPAC codes are an error, as LASTZ),
             ``"n"`` (N is an ambiguous base) or ``"iupac"`` (all IUPAC codes are).
+        arrays: keep codes, starts and lengths as NumPy arrays (:meth:`SequenceSet.as_arrays`), not tensors.
 
     Raises:
         InputError: an empty file, text before the first header, an empty record,
@@ -187,7 +215,7 @@ def parse_fasta(data: bytes, path: str = "<memory>", ambiguous: str | None = Non
     out = _assemble(names, seqs, path, ambiguous)
     # LASTZ starts no seed in lowercase (soft-masked) bases: a file without one uppercase base aligns to nothing
     out.meta["all_soft_masked"] = not any(bool(_UPPER[s].any()) for s, _ in seqs)
-    return out
+    return out if arrays else out.as_tensors()
 
 
 def _distinct_names(names: list[str], words: list[str], path: str) -> list[str]:
@@ -225,12 +253,12 @@ def _assemble(names, seqs, path, ambiguous) -> SequenceSet:
         codes[off:off + s.size] = c
         letters[off:off + s.size] = s
         off += s.size + 1
-    return SequenceSet(names, torch.from_numpy(codes), torch.from_numpy(starts), torch.from_numpy(lengths),
-                       letters, path, {"ambiguous": ambiguous})
+    return SequenceSet(names, codes, starts, lengths, letters, path, {"ambiguous": ambiguous})
 
 
-def read_fasta(path: str | Path, ambiguous: str | None = None) -> SequenceSet:
-    """Read a FASTA or gzipped FASTA file (many records) into a :class:`SequenceSet`.
+def read_fasta(path: str | Path, ambiguous: str | None = None, *, arrays: bool = False) -> SequenceSet:
+    """Read a FASTA or gzipped FASTA file (many records) into a :class:`SequenceSet` (of NumPy arrays
+    with ``arrays``; see :func:`parse_fasta`).
 
     Raises:
         InputError: a missing file or any problem :func:`parse_fasta` reports.
@@ -240,7 +268,7 @@ def read_fasta(path: str | Path, ambiguous: str | None = None) -> SequenceSet:
         raise InputError(f"{path}: FASTA file not found")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a FASTA file")
-    return parse_fasta(_open_text(path), str(path), ambiguous)
+    return parse_fasta(_open_text(path), str(path), ambiguous, arrays=arrays)
 
 
 def from_strings(records: dict[str, str] | list[tuple[str, str]], ambiguous: str | None = None) -> SequenceSet:

@@ -24,11 +24,13 @@ optional (``pip install torchhpc[align]``); :func:`torchhpc.ext.core.dispatch.nu
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.dispatch import numba_available
+from torchhpc.ext.core.lazy import lazy_module
 
-from .torch_numba import as_array, keep_torch_threads, numba_threads
+from .torch_numba import as_array, host, keep_torch_threads, like, numba_threads
+
+torch = lazy_module("torch")  # the tensor entry points only: the fused pass runs on arrays without it
 
 if numba_available():  # pragma: no cover - exercised where numba is installed (make setup installs it)
     from numba import njit, prange
@@ -323,8 +325,8 @@ def xdrop_extend_numba(t_codes, q_codes, t_first, q_first, direction, table, xdr
     if H:
         numba_threads()
         with keep_torch_threads():
-            _extend_many(as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), as_array(t_first, torch.int64),
-                         as_array(q_first, torch.int64), int(direction), as_array(table.reshape(-1), torch.int64),
+            _extend_many(as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), as_array(t_first, np.int64),
+                         as_array(q_first, np.int64), int(direction), as_array(table.reshape(-1), np.int64),
                          int(xdrop), best, length, scanned)
     return torch.from_numpy(best), torch.from_numpy(length), torch.from_numpy(scanned)
 
@@ -342,7 +344,7 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
         ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` (before
         the entropy adjustment), in hit order, and the number of hits extended.
     """
-    lo_, cnt_, qe_ = as_array(lo, torch.int64), as_array(counts, torch.int64), as_array(q_end, torch.int64)
+    lo_, cnt_, qe_ = as_array(lo, np.int64), as_array(counts, np.int64), as_array(q_end, np.int64)
     if qe_.size > 1 and bool((qe_[1:] < qe_[:-1]).any()):
         raise ValueError("look-ups must come in non-decreasing query order")
     H = int(cnt_.sum())
@@ -353,7 +355,7 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     parts = 1 if threads == 1 else numba_threads()
     kernel = _scan_serial if parts == 1 else _scan
     n_ext = np.zeros(parts, np.int64)
-    ends_ = as_array(ends, torch.int64)
+    ends_ = as_array(ends, np.int64)
     d_min = d_max = 0
     if H:  # index entries of one key are in target order: a look-up's first and last hits bound its diagonals
         d_min = int((ends_[lo_] - qe_).min())
@@ -362,8 +364,8 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     n_diag = d_max - d_min + 1
     dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
     with keep_torch_threads():
-        kernel(as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), ends_, lo_, cnt_, first, qe_,
-              as_array(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
+        kernel(as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), ends_, lo_, cnt_, first, qe_,
+              as_array(table.reshape(-1), np.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
               ts, qs, ln, sc, keep, n_ext)
     out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
     return (*out, int(n_ext.sum()))
@@ -399,25 +401,25 @@ def seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits,
 
     ``threads=1`` runs it without a parallel region, so that several calls (strands, query
     intervals) can run at once from Python threads; by default the call's diagonals are split
-    over torch's thread count.
+    over the run's thread count (:func:`.torch_numba.cpu_threads`).
 
     Returns:
-        ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` and
-        counters ``{"hits", "extended"}``.
+        ``(t_start, q_start, length, score)`` of the raw HSPs scoring ``>= hspthresh`` (tensors or
+        arrays, as ``t_codes``) and counters ``{"hits", "extended"}``.
     """
-    end = start + qkeys.numel()
-    qkeys = as_array(qkeys, torch.int64)
+    end = start + len(qkeys)
+    qkeys = as_array(qkeys, np.int64)
     L = index.length
     n_var = 1 + (index.weight if transition else 0)
-    n_t = int(t_codes.numel())
+    n_t = len(t_codes)
     d_min = L - (end - 1 + L)
     n_diag = n_t - start - L - d_min + 1
     dense_n = n_diag if n_diag * 8 <= DENSE_MAX_BYTES else 0
     parts = 1 if threads == 1 else numba_threads()
     kernel = _seed_scan_serial if parts == 1 else _seed_scan
-    args = (as_array(t_codes, torch.uint8), as_array(q_codes, torch.uint8), qkeys, int(start), L, n_var,
-            as_array(index.present, torch.bool), index.offsets.contiguous().numpy(), index.ends.contiguous().numpy(),
-            as_array(table.reshape(-1), torch.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
+    args = (as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), qkeys, int(start), L, n_var,
+            as_array(index.present, np.bool_), np.ascontiguousarray(host(index.offsets)), np.ascontiguousarray(host(index.ends)),
+            as_array(table.reshape(-1), np.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
             int(d_min))
     cap = FUSED_HSP_CAPACITY  # a call that finds more runs again with room for all
     while True:
@@ -429,7 +431,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits,
             break
         cap = int(n_out.max())  # rare: more HSPs than the buffer held; run again with room for all
     raw = np.concatenate([out[p, :n_out[p]] for p in range(parts)])
-    cols = (torch.from_numpy(np.ascontiguousarray(raw[:, k])) for k in range(4))
+    cols = (like(t_codes, np.ascontiguousarray(raw[:, k])) for k in range(4))
     return (*cols, {"hits": int(n_hits[0]), "extended": int(n_ext.sum())})
 
 

@@ -40,7 +40,6 @@ from collections import deque
 from concurrent.futures import Future
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.dispatch import numba_available
 from torchhpc.ext.core.errors import InputError
@@ -48,6 +47,7 @@ from torchhpc.ext.core.errors import InputError
 from .fasta import SEPARATOR, SequenceSet
 from .ops import HSPs
 from .output import Alignment
+from .torch_numba import host
 from .walls import Walls
 
 NEG = -(1 << 29)
@@ -231,8 +231,7 @@ def hsp_anchors(h: HSPs, t_codes: np.ndarray | None = None, q_codes: np.ndarray 
     middle cell of every HSP.  ``compiled``: one rolling sum per HSP in numba where installed
     (else, and with ``compiled=False``, the NumPy version below, its reference).
     """
-    ts, qs = h.t_start.cpu().numpy(), h.q_start.cpu().numpy()
-    ln = h.length.cpu().numpy()
+    ts, qs, ln = host(h.t_start), host(h.q_start), host(h.length)
     peak = ln // 2
     long = np.flatnonzero(ln > ANCHOR_WINDOW)
     if table is not None and long.size and compiled and numba_available():
@@ -264,8 +263,8 @@ def _alignment(target: SequenceSet, query: SequenceSet, tpos: np.ndarray, qpos: 
     """The alignment of columns ``tpos`` / ``qpos`` (``-1``: a gap), in its records' coordinates."""
     t_first, t_last = int(tpos[tpos >= 0].min()), int(tpos.max())
     q_first, q_last = int(qpos[qpos >= 0].min()), int(qpos.max())
-    tr = int(np.searchsorted(target.starts.numpy(), t_first, side="right")) - 1  # SequenceSet.record_of, one
-    qr = int(np.searchsorted(query.starts.numpy(), q_first, side="right")) - 1  # position (no tensor made)
+    tr = int(np.searchsorted(host(target.starts), t_first, side="right")) - 1  # SequenceSet.record_of, one
+    qr = int(np.searchsorted(host(query.starts), q_first, side="right")) - 1  # position (no tensor made)
     tt = np.where(tpos >= 0, target.letters[np.maximum(tpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     qt = np.where(qpos >= 0, query.letters[np.maximum(qpos, 0)], ord("-")).astype(np.uint8).tobytes().decode()
     t_off, q_off = int(target.starts[tr]), int(query.starts[qr])
@@ -320,10 +319,10 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
     if len(h) == 0:
         return []
     sc = cfg.scoring_scheme()
-    table = sc.table(cfg.xdrop).numpy()
+    table = sc.table(cfg.xdrop, None)
     thresh = cfg.gappedthresh or cfg.hspthresh
-    t_codes, q_codes = target.codes.cpu().numpy(), query.codes.cpu().numpy()
-    order = torch.argsort(h.score, descending=True, stable=True).numpy()
+    t_codes, q_codes = host(target.codes), host(query.codes)
+    order = np.argsort(-host(h.score), kind="stable")  # best first; ties in HSP order
     at, aq = hsp_anchors(h, t_codes, q_codes, table)
     at, aq = at[order], aq[order]
     diag = (at - aq).tolist()  # Python ints: the commit loop below reads them one at a time
@@ -335,6 +334,8 @@ def gapped_alignments(h: HSPs, target: SequenceSet, query: SequenceSet, cfg, ker
         from .gapped_kernels import ydrop_extend_numba as extend_many
     elif kernel == "triton":
         import functools
+
+        import torch
 
         from .gapped_kernels import ydrop_extend_triton
 

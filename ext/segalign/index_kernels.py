@@ -16,11 +16,10 @@ tells, and :func:`.seeds.compiled_seeding` decides whether these run.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from torchhpc.ext.core.dispatch import numba_available
 
-from .torch_numba import as_array, keep_torch_threads, numba_threads
+from .torch_numba import as_array, host, keep_torch_threads, like, numba_threads
 
 if numba_available():  # pragma: no cover - exercised where numba is installed (make setup installs it)
     from numba import njit, prange
@@ -137,10 +136,11 @@ if numba_available():
         offsets[present.shape[0]] = run
 
 
-def seed_keys_numba(codes: torch.Tensor, pattern: str, start: int, last: int, out: torch.Tensor) -> None:
-    """:func:`.seeds.seed_keys` of the windows ``start .. last-1`` (all fit) into ``out`` (CPU tensors)."""
+def seed_keys_numba(codes, pattern: str, start: int, last: int, out) -> None:
+    """:func:`.seeds.seed_keys` of the windows ``start .. last-1`` (all fit) into ``out`` (CPU tensors or
+    arrays)."""
     care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
-    _seed_keys_kernel(as_array(codes, torch.uint8), care, int(start), int(last), len(pattern), out.numpy())
+    _seed_keys_kernel(as_array(codes, np.uint8), care, int(start), int(last), len(pattern), host(out))
 
 
 INDEX_CHUNK_MIN_WINDOWS = 1 << 20
@@ -151,9 +151,10 @@ INDEX_TABLES_MAX_BYTES = 512 << 20
 to 8 chunks; 14of22's 1 GiB table is built by one thread)."""
 
 
-def _count_index_chunks(c, care, length, step, last, space, small, parts):
+def _count_index_chunks(c, care, length, step, last, space, small, parts, ref):
     """:func:`count_index_numba` with the target cut into ``parts`` chunks counted and filled side by
-    side (the same table: within a key, chunk by chunk keeps the windows in position order)."""
+    side (the same table: within a key, chunk by chunk keeps the windows in position order); as the kind
+    of ``ref``."""
     windows = -(-last // step)
     per = -(-windows // parts) * step  # positions per chunk: a multiple of step, so chunks keep the step grid
     bounds = np.minimum(np.arange(parts + 1, dtype=np.int64) * per, last)
@@ -168,10 +169,10 @@ def _count_index_chunks(c, care, length, step, last, space, small, parts):
     ends = np.empty(n_valid, dt)
     with keep_torch_threads():
         _index_chunks(c, care, length, step, bounds, slots, ends, True)
-    return torch.from_numpy(ends), torch.from_numpy(offsets), torch.from_numpy(present)
+    return like(ref, ends), like(ref, offsets), like(ref, present)
 
 
-def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int | None = None):
+def count_index_numba(codes, pattern: str, step: int, threads: int | None = None):
     """:func:`.seeds.build_index`'s counting-sort table in two compiled passes over the target codes:
     ``(ends, offsets, present)`` as tensors, ``int32`` where every position fits (half the bytes of
     int64: 64 MiB of offsets for 12of19, 4 bytes a target base; no array of keys is ever built: the
@@ -180,7 +181,7 @@ def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int
     one-pass kernel (0.78 s against 0.10 s warm on a 155 kbp pair, 2026-12-04).  With several
     ``threads`` (default: torch's count), chunks of at least :data:`INDEX_CHUNK_MIN_WINDOWS` windows are indexed side by side, a key table each, within
     :data:`INDEX_TABLES_MAX_BYTES`."""
-    c = as_array(codes, torch.uint8)
+    c = as_array(codes, np.uint8)
     care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)
     length, space = len(pattern), 4 ** care.size
     last = max(c.size - length + 1, 0)  # windows that fit
@@ -190,21 +191,20 @@ def count_index_numba(codes: torch.Tensor, pattern: str, step: int, threads: int
     parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)),
                 -(-last // int(step)) // INDEX_CHUNK_MIN_WINDOWS)
     if parts > 1:
-        return _count_index_chunks(c, care, length, int(step), last, space, small, parts)
+        return _count_index_chunks(c, care, length, int(step), last, space, small, parts, codes)
     offsets = np.zeros(space + 2, np.int32 if small else np.int64)
     present = np.empty(space, np.bool_)
     n_valid = _index_pass(c, care, length, int(step), last, offsets, present, offsets[:0], False)
     ends = np.empty(n_valid, np.int32 if small else np.int64)
     _index_pass(c, care, length, int(step), last, offsets, present, ends, True)
-    return torch.from_numpy(ends), torch.from_numpy(offsets[:space + 1]), torch.from_numpy(present)
+    return like(codes, ends), like(codes, offsets[:space + 1]), like(codes, present)
 
 
-def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offsets: torch.Tensor, start: int,
-                  length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lookups_numba(qkeys, n_var: int, present, offsets, start: int, length: int) -> tuple:
     """The index look-ups of :func:`.seeds.seed_lookups` (with its counting-sort table) in one compiled pass:
     ``(lo, count, q_end)`` of every successful look-up, in the same order, without its ``(W, V)`` tensors."""
-    k = as_array(qkeys, torch.int64)
-    pres, offs = as_array(present, torch.bool), offsets.contiguous().numpy()
+    k = as_array(qkeys, np.int64)
+    pres, offs = as_array(present, np.bool_), np.ascontiguousarray(host(offsets))
     cap = max(4 * k.size, 1024)  # grown (and the pass resumed) in the rare case of more look-ups
     lo, cnt, qend = np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64)
     w, n = 0, 0
@@ -214,7 +214,7 @@ def lookups_numba(qkeys: torch.Tensor, n_var: int, present: torch.Tensor, offset
             break
         cap *= 2
         lo, cnt, qend = (np.concatenate([x[:n], np.empty(cap - n, np.int64)]) for x in (lo, cnt, qend))
-    return torch.from_numpy(lo[:n].copy()), torch.from_numpy(cnt[:n].copy()), torch.from_numpy(qend[:n].copy())
+    return like(qkeys, lo[:n].copy()), like(qkeys, cnt[:n].copy()), like(qkeys, qend[:n].copy())
 
 
 __all__ = ["INDEX_CHUNK_MIN_WINDOWS", "INDEX_TABLES_MAX_BYTES", "count_index_numba", "lookups_numba",

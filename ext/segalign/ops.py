@@ -23,14 +23,18 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
+import numpy as np
 
+from torchhpc.ext.core.budgets import HostBudget
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
-from torchhpc.ext.core.hostsync import HostBudget
+from torchhpc.ext.core.lazy import lazy_module
 
 from .config import BACKENDS
 from .seeds import seed_keys
+from .torch_numba import host, is_tensor, like
+
+torch = lazy_module("torch")  # the tensor paths; the compiled CPU path's HSPs are NumPy arrays (no torch)
 
 #: Host work of the CUDA path per strand on the budget test's 4 kbp pair (``tests/test_gpu_budgets.py``),
 #: seeding included: the filter is one launch of the diagonal-owner kernel per batch of hits (two syncs: the
@@ -176,6 +180,8 @@ class HSPs:
         length: ``(M,)`` int64 number of aligned cells.
         score: ``(M,)`` int64 score (after the entropy adjustment).
         strand: ``+`` (query as given) or ``-`` (query reverse-complemented).
+
+    The fields are tensors, or NumPy arrays on the compiled CPU path without torch (``device=None``).
     """
 
     t_start: torch.Tensor
@@ -185,26 +191,38 @@ class HSPs:
     strand: str = "+"
 
     def __len__(self) -> int:
-        return self.t_start.numel()
+        return len(self.t_start)
 
     @staticmethod
     def empty(strand: str = "+", device="cpu") -> HSPs:
+        """No HSPs: tensors on ``device``, or NumPy arrays with ``device=None``."""
+        if device is None:
+            return HSPs(*(np.zeros(0, np.int64) for _ in range(4)), strand)
         z = torch.zeros(0, dtype=torch.int64, device=device)
         return HSPs(z, z.clone(), z.clone(), z.clone(), strand)
 
-    def select(self, idx: torch.Tensor) -> HSPs:
-        return HSPs(self.t_start[idx], self.q_start[idx], self.length[idx], self.score[idx], self.strand)
+    @property
+    def fields(self) -> tuple:
+        return self.t_start, self.q_start, self.length, self.score
+
+    def select(self, idx) -> HSPs:
+        return HSPs(*(x[idx] for x in self.fields), self.strand)
 
     def to(self, device) -> HSPs:
-        return HSPs(self.t_start.to(device), self.q_start.to(device), self.length.to(device),
-                    self.score.to(device), self.strand)
+        """On ``device`` (tensors); arrays stay arrays where ``device`` is ``None`` or the CPU."""
+        if not is_tensor(self.t_start) and (device is None or str(device) == "cpu"):
+            return self
+        return HSPs(*(torch.as_tensor(x).to(device) for x in self.fields), self.strand)
 
     @staticmethod
-    def cat(parts: list[HSPs], strand: str = "+") -> HSPs:
+    def cat(parts: list[HSPs], strand: str = "+", device="cpu") -> HSPs:
+        """The HSPs of ``parts`` one after the other (tensors, or arrays where the parts hold arrays; no parts:
+        :meth:`empty` on ``device``)."""
         if not parts:
-            return HSPs.empty(strand)
-        return HSPs(*(torch.cat([getattr(p, f) for p in parts]) for f in ("t_start", "q_start", "length", "score")),
-                    strand)
+            return HSPs.empty(strand, device)
+        if not is_tensor(parts[0].t_start):
+            return HSPs(*(np.concatenate(x) for x in zip(*(p.fields for p in parts), strict=True)), strand)
+        return HSPs(*(torch.cat(x) for x in zip(*(p.fields for p in parts), strict=True)), strand)
 
 
 def extend_hits(
@@ -248,6 +266,8 @@ def remove_contained(h: HSPs) -> HSPs:
     """Drop HSPs lying inside another on the same diagonal (SegAlign's de-duplication), keep order by query."""
     if len(h) <= 1:
         return h
+    if not is_tensor(h.t_start):
+        return _remove_contained_arrays(h)
     diag = h.t_start - h.q_start
     end = h.q_start + h.length
     # sort by diagonal, start, then longer first: a later HSP is contained iff its end <= max end so far.
@@ -266,6 +286,21 @@ def remove_contained(h: HSPs) -> HSPs:
     kept = order.index_select(0, torch.nonzero(~contained).reshape(-1))
     kept = kept[_lexsort(h.t_start[kept], h.q_start[kept])] if kept.numel() else kept
     return h.select(kept)
+
+
+def _remove_contained_arrays(h: HSPs) -> HSPs:
+    """:func:`remove_contained` of HSPs held as NumPy arrays (the same HSPs kept, in the same order)."""
+    diag = h.t_start - h.q_start
+    end = h.q_start + h.length
+    order = np.lexsort((-end, h.q_start, diag))  # by diagonal, start, then longer first (stable)
+    d, e = diag[order], end[order]
+    same = np.zeros(d.size, dtype=bool)
+    same[1:] = d[1:] == d[:-1]
+    run_id = np.cumsum(~same, dtype=np.int64)
+    shifted = e + run_id * (e.max() + 2)  # each diagonal's run of ends offset past the previous run's
+    prev_max = np.concatenate([[-1], np.maximum.accumulate(shifted)[:-1]])
+    kept = order[~(same & (shifted <= prev_max))]
+    return h.select(kept[np.lexsort((h.t_start[kept], h.q_start[kept]))])
 
 
 def _lexsort(*keys: torch.Tensor) -> torch.Tensor:
@@ -333,7 +368,7 @@ def ungapped_hsps(
         keep = (~lead) & (q_end_s > reach)
         diag, q_end_s, t_end_s = diag[keep], q_end_s[keep], t_end_s[keep]
     ts, qs, ln, sc = (torch.cat(x) for x in zip(*parts, strict=True))
-    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), stats
+    return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand, backend), stats
 
 
 def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, start: int, end: int,
@@ -341,7 +376,8 @@ def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, sta
                         hspthresh: int = 3000, entropy: bool = True, strand: str = "+",
                         threads: int | None = None) -> tuple[HSPs, dict]:
     """Seeding and the filter of one query interval in the numba kernel (see
-    :func:`.filter_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters."""
+    :func:`.filter_kernels.seed_scan_numba`): the HSPs of all its batches and the summed counters.
+    Given the codes and ``index`` as NumPy arrays (and ``table``), the HSPs are arrays too (no torch)."""
     from .filter_kernels import seed_scan_numba
 
     qkeys = seed_keys(q_codes, index.pattern, start, end, backend="numba")
@@ -351,8 +387,18 @@ def ungapped_hsps_fused(t_codes: torch.Tensor, q_codes: torch.Tensor, index, sta
     return _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand), st
 
 
-def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSPs:
-    """Entropy adjustment, the score threshold and removal of contained HSPs."""
+def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand, backend: str = "numba") -> HSPs:
+    """Entropy adjustment, the score threshold and removal of contained HSPs.  On the CPU one NumPy
+    implementation (:func:`_finish_arrays`) serves tensors and arrays alike, so that the entropy's
+    floating point is the same whichever way the pipeline ran; the GPU's filter (``triton``), tensor ops."""
+    if not is_tensor(ts) or (ts.device.type == "cpu" and backend != "triton"):
+        h = _finish_arrays(*(host(x) for x in (t_codes, q_codes, ts, qs, ln, sc)), hspthresh, entropy, strand)
+        return h if not is_tensor(ts) else HSPs(*(like(ts, x) for x in h.fields), strand)
+    return _finish_tensors(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand)
+
+
+def _finish_tensors(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSPs:
+    """:func:`_finish` as tensor ops (a GPU's; the reference of :func:`_finish_arrays`)."""
     # index tensors from one nonzero each, not boolean masks (each of which would be a host sync)
     if entropy:
         adj = torch.nonzero((sc >= hspthresh) & (sc <= 3 * hspthresh)).reshape(-1)
@@ -363,3 +409,33 @@ def _finish(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSP
             sc = sc.index_put((adj,), low)
     keep = torch.nonzero(sc >= hspthresh).reshape(-1)
     return remove_contained(HSPs(*(x.index_select(0, keep) for x in (ts, qs, ln, sc)), strand))
+
+
+def _finish_arrays(t_codes, q_codes, ts, qs, ln, sc, hspthresh, entropy, strand) -> HSPs:
+    """:func:`_finish` on NumPy arrays (the same HSPs as :func:`_finish_tensors`)."""
+    if entropy:
+        adj = np.flatnonzero((sc >= hspthresh) & (sc <= 3 * hspthresh))
+        if adj.size:
+            q = _entropy_arrays(t_codes, q_codes, ts[adj], qs[adj], ln[adj])
+            sc = sc.copy()
+            sc[adj] = np.floor(sc[adj].astype(np.float64) * q).astype(sc.dtype)
+    keep = np.flatnonzero(sc >= hspthresh)
+    return remove_contained(HSPs(ts[keep], qs[keep], ln[keep], sc[keep], strand))
+
+
+def _entropy_arrays(t_codes: np.ndarray, q_codes: np.ndarray, t_start: np.ndarray, q_start: np.ndarray,
+                    length: np.ndarray) -> np.ndarray:
+    """:func:`match_entropy` on NumPy arrays."""
+    M = t_start.size
+    rep = np.repeat(np.arange(M), length)
+    off = np.arange(rep.size) - np.repeat(np.cumsum(length) - length, length)
+    a = t_codes[t_start[rep] + off].astype(np.int64)
+    b = q_codes[q_start[rep] + off].astype(np.int64)
+    match = (a < 4) & (a == b)  # the letters themselves: soft-masked matches do not count
+    counts = np.bincount(rep * 4 + (a & 3), weights=match, minlength=M * 4).reshape(M, 4)  # whole numbers: exact
+    n = counts.sum(1)
+    p = counts / np.maximum(length, 1).astype(np.float64)[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(p > 0, p * np.log(p), 0.0)
+    ent = -terms.sum(1) / math.log(4.0)
+    return np.where(n >= 20, ent, 1.0)

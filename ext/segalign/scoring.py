@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import numpy as np
 
 from torchhpc.ext.core.errors import InputError
 
@@ -44,10 +44,11 @@ class Scoring:
     gap_extend: int = 30
     ambiguous_score: int = -100
 
-    def table(self, xdrop: int, device: torch.device | str = "cpu") -> torch.Tensor:
-        """``(11, 11)`` int32 score of code pairs (see the module docstring)."""
-        t = torch.full((NUM_CODES, NUM_CODES), self.ambiguous_score, dtype=torch.int32)
-        m = torch.tensor(self.matrix, dtype=torch.int32)
+    def table(self, xdrop: int, device="cpu"):
+        """``(11, 11)`` int32 score of code pairs (see the module docstring), a tensor on ``device``; with
+        ``device=None``, a NumPy array (the CPU path without torch)."""
+        t = np.full((NUM_CODES, NUM_CODES), self.ambiguous_score, dtype=np.int32)
+        m = np.array(self.matrix, dtype=np.int32)
         for a in (0, 4):
             for b in (0, 4):
                 t[a:a + 4, b:b + 4] = m
@@ -56,7 +57,11 @@ class Scoring:
         t[IUPAC_CODE, :] = t[:, IUPAC_CODE] = self.ambiguous_score
         t[SEPARATOR, :] = wall
         t[:, SEPARATOR] = wall
-        return t.to(device)
+        if device is None:
+            return t
+        import torch
+
+        return torch.from_numpy(t).to(device)
 
     @property
     def match_max(self) -> int:

@@ -21,12 +21,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.errors import InputError
+from torchhpc.ext.core.lazy import lazy_module
 
 from .seed_patterns import MAX_SEED_WEIGHT, SEEDS, parse_seed
+from .torch_numba import is_tensor
+
+torch = lazy_module("torch")  # the tensor ops; numba's compiled seeding runs on NumPy arrays without it
 
 #: seeds of at most this weight get a direct-address (counting-sort) table: 4**12 entries = 128 MiB
 DIRECT_TABLE_MAX_WEIGHT = 12
@@ -46,12 +50,11 @@ def compiled_seeding(backend: str, device) -> bool:
     return resolve_backend(backend, device, choices=SEED_BACKENDS, what="seeding backend") == "numba"
 
 
-def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None = None,
-              backend: str = "auto") -> torch.Tensor:
+def seed_keys(codes, pattern: str, start: int = 0, end: int | None = None, backend: str = "auto"):
     """Seed keys of the windows starting at ``start .. end-1`` of ``codes``.
 
     Args:
-        codes: ``(N,)`` uint8 codes (see :mod:`.fasta`).
+        codes: ``(N,)`` uint8 codes (see :mod:`.fasta`): a tensor, or a NumPy array (numba's seeding only).
         pattern: the 0/1 seed pattern, length ``L``.
         backend: ``auto``, ``torch`` or ``numba`` (see :func:`compiled_seeding`): the same keys either way.
 
@@ -59,11 +62,14 @@ def seed_keys(codes: torch.Tensor, pattern: str, start: int = 0, end: int | None
         ``(end - start,)`` int64 keys, ``-1`` where the window is not all uppercase ACGT
         or runs past the end.
     """
-    n = codes.numel()
+    n = len(codes)
     L = len(pattern)
     end = n if end is None else min(end, n)
     m = max(end - start, 0)
-    out = torch.full((m,), -1, dtype=torch.int64, device=codes.device)
+    if is_tensor(codes):
+        out = torch.full((m,), -1, dtype=torch.int64, device=codes.device)
+    else:
+        out = np.full(m, -1, dtype=np.int64)
     last = min(end, n - L + 1)  # windows that fit
     if last <= start:
         return out
@@ -126,11 +132,12 @@ class SeedIndex:
         return self.pattern.count("1")
 
 
-def build_index(codes: torch.Tensor, pattern: str, step: int = 1, backend: str = "auto") -> SeedIndex:
+def build_index(codes, pattern: str, step: int = 1, backend: str = "auto") -> SeedIndex:
     """Index every ``step``-th window of the target (LASTZ ``--step``) by its seed key.
 
     ``backend``: ``auto``, ``torch`` or ``numba`` (see :func:`compiled_seeding`): the same table either
-    way (numba's counting sort keeps no ``keys`` and stores int32 where every position fits).
+    way (numba's counting sort keeps no ``keys`` and stores int32 where every position fits; given the
+    codes as a NumPy array, it builds the table as arrays).
 
     Raises:
         InputError: ``step < 1``, or a backend that cannot run here.

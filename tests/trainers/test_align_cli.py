@@ -177,3 +177,69 @@ def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
     for w in words:
         assert w in res.stderr, res.stderr
 
+
+
+_NO_TORCH = ("import sys\nfrom torchhpc.trainers.cli import main\nrc = main(sys.argv[1:])\n"
+             "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\nsys.exit(rc)")
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_cpu_command_runs_without_torch_and_writes_the_tensor_pipelines_bytes(pair, tmp_path, threads):
+    """``torchhpc align`` in one process on the CPU runs the compiled stages on NumPy arrays and never imports
+    torch (a second of start-up, more than a small pair's alignment); its output is that of the tensor
+    pipeline (the library's default plan, in this process), byte for byte, on one thread and on two."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from torchhpc.ext.segalign.align import align_files, plan_alignment
+    from torchhpc.ext.segalign.config import AlignConfig
+    from torchhpc.ext.segalign.output import write_alignments
+
+    pytest.importorskip("numba")
+    t, q = str(pair / "t.fa.gz"), str(pair / "q.fa")
+    out = tmp_path / "cmd.maf"
+    res = subprocess.run([sys.executable, "-c", _NO_TORCH, "align", t, q, "--threads", str(threads), "--output",
+                          str(out)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == "torch imported: False"
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        plan = plan_alignment(AlignConfig())
+        assert not plan.arrays and plan.device == torch.device("cpu")
+        lib = align_files(t, q, AlignConfig(), plan=plan)
+    finally:
+        torch.set_num_threads(saved)
+    assert isinstance(lib.target.codes, torch.Tensor) and isinstance(lib.hsps["+"].score, torch.Tensor)
+    write_alignments(lib.alignments, "maf", str(tmp_path / "lib.maf"))
+    assert len(lib.alignments) > 2 and out.read_bytes() == (tmp_path / "lib.maf").read_bytes()
+
+
+@pytest.mark.parametrize("options,arrays", [({}, True), ({"gapped": False}, True), ({"backend": "torch"}, False),
+                                            ({"seed": "14of22"}, False), ({"fused": False}, False)])
+def test_the_arrays_plan_is_the_tensor_plan_where_it_runs(pair, options, arrays):
+    """``plan_alignment(..., arrays=True)`` runs on NumPy arrays only where that is the same pipeline (numba's
+    fused filter: not the torch twin, a seed too heavy for the counting-sort table, or the unfused filter);
+    where it does, the alignments and HSPs are those of the tensor plan."""
+    import numpy as np
+    import torch
+
+    from torchhpc.ext.segalign.align import align_files, plan_alignment
+    from torchhpc.ext.segalign.config import AlignConfig
+
+    pytest.importorskip("numba")
+    cfg = AlignConfig(**options)
+    plan = plan_alignment(cfg, arrays=True)
+    assert plan.arrays == arrays and (plan.device is None) == arrays
+    if not arrays:
+        return
+    t, q = pair / "t.fa", pair / "q.fa"
+    got, want = align_files(t, q, cfg, plan=plan), align_files(t, q, cfg)
+    assert isinstance(got.target.codes, np.ndarray) and isinstance(got.hsps["-"].t_start, np.ndarray)
+    assert isinstance(want.target.codes, torch.Tensor)
+    assert got.alignments == want.alignments and len(got.alignments) > 0
+    for strand in ("+", "-"):
+        assert all(np.array_equal(a, b.numpy()) for a, b in zip(got.hsps[strand].fields, want.hsps[strand].fields,
+                                                                  strict=True))

@@ -62,7 +62,7 @@ def test_a_budget_counts_per_unit_plus_a_fixed_part():
     """HostBudget allows syncs * units + fixed_syncs per call (likewise launches) and names what went over."""
     import pytest
 
-    from torchhpc.ext.core.hostsync import HostBudget
+    from torchhpc.ext.core.budgets import HostBudget
 
     x = torch.arange(8.0)
     with count_host_work() as w:
