@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .budgets import HostWork
+from .budgets import HostBudget, HostWork  # HostBudget: where it was first imported from
 
 aten = torch.ops.aten
 
@@ -141,4 +141,4 @@ def _patch_triton_launches(work: HostWork) -> list[tuple[type, str, object]]:
     return saved
 
 
-__all__ = ["count_host_work"]
+__all__ = ["HostBudget", "HostWork", "count_host_work"]

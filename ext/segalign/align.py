@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from torchhpc.ext.core.device import pick_device
+from torchhpc.ext.core.device import pick_device, resolve_auto
 from torchhpc.ext.core.dispatch import resolve_backend
 from torchhpc.ext.core.distributed import DistContext
 from torchhpc.ext.core.errors import InputError, warn
@@ -98,7 +98,7 @@ def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = Non
     """
     if device is None:
         device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
-    if arrays and (ctx is None or ctx.world_size == 1) and str(device) in ("auto", AUTO_DEVICE, "cpu"):
+    if arrays and (ctx is None or ctx.world_size == 1) and str(resolve_auto(device, AUTO_DEVICE)) == "cpu":
         backend = resolve_backend(cfg.backend, "cpu", choices=BACKENDS, what="--backend")
         gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(
             cfg.gapped_by, "cpu")

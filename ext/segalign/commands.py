@@ -45,7 +45,10 @@ def align(cmd: AlignCommand) -> int:
             from .torch_numba import set_cpu_threads
 
             set_cpu_threads(cmd.dist.threads)
-            res = pipeline.align_files(cmd.target, cmd.query, cmd, plan=plan)
+            try:
+                res = pipeline.align_files(cmd.target, cmd.query, cmd, plan=plan)
+            finally:  # the count is this command's, not the process's
+                set_cpu_threads(0)
             write_alignments(res.alignments, cmd.format, cmd.output)
             if cmd.stats:
                 print(json.dumps(res.stats, default=float), file=sys.stderr)

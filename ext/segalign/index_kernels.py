@@ -179,7 +179,7 @@ def count_index_numba(codes, pattern: str, step: int, threads: int | None = None
     offsets say it all), whatever the target's size: a small target pays the table's zeroing and prefix
     pass (about 20 ms for 12of19), where looking its keys up by ``searchsorted`` cost the filter its
     one-pass kernel (0.78 s against 0.10 s warm on a 155 kbp pair, 2026-12-04).  With several
-    ``threads`` (default: torch's count), chunks of at least :data:`INDEX_CHUNK_MIN_WINDOWS` windows are indexed side by side, a key table each, within
+    ``threads`` (default: the run's, :func:`.torch_numba.cpu_threads`), chunks of at least :data:`INDEX_CHUNK_MIN_WINDOWS` windows are indexed side by side, a key table each, within
     :data:`INDEX_TABLES_MAX_BYTES`."""
     c = as_array(codes, np.uint8)
     care = np.array([i for i, ch in enumerate(pattern) if ch == "1"], dtype=np.int64)

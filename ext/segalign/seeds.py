@@ -50,6 +50,11 @@ def compiled_seeding(backend: str, device) -> bool:
     return resolve_backend(backend, device, choices=SEED_BACKENDS, what="seeding backend") == "numba"
 
 
+def _device_of(codes):
+    """Where ``codes`` live: a tensor's device, the CPU for a NumPy array."""
+    return codes.device if is_tensor(codes) else "cpu"
+
+
 def seed_keys(codes, pattern: str, start: int = 0, end: int | None = None, backend: str = "auto"):
     """Seed keys of the windows starting at ``start .. end-1`` of ``codes``.
 
@@ -73,7 +78,7 @@ def seed_keys(codes, pattern: str, start: int = 0, end: int | None = None, backe
     last = min(end, n - L + 1)  # windows that fit
     if last <= start:
         return out
-    if compiled_seeding(backend, codes.device):
+    if compiled_seeding(backend, _device_of(codes)):
         from .index_kernels import seed_keys_numba
 
         seed_keys_numba(codes, pattern, start, last, out)  # one compiled pass, same keys
@@ -145,7 +150,7 @@ def build_index(codes, pattern: str, step: int = 1, backend: str = "auto") -> Se
     if step < 1:
         raise InputError(f"--step must be >= 1, got {step}")
     weight = pattern.count("1")
-    compiled = compiled_seeding(backend, codes.device)
+    compiled = compiled_seeding(backend, _device_of(codes))
     if compiled and weight <= DIRECT_TABLE_MAX_WEIGHT:
         from .index_kernels import count_index_numba
 

@@ -55,14 +55,18 @@ def set_cpu_threads(n: int) -> None:
 
 
 def cpu_threads() -> int:
-    """The run's CPU thread count: torch's where torch is loaded, else :func:`set_cpu_threads`'s (default,
-    as torch's: ``OMP_NUM_THREADS`` where set, else the cores this process may use)."""
+    """The run's CPU thread count: torch's where torch is loaded, else :func:`set_cpu_threads`'s (default:
+    ``OMP_NUM_THREADS`` where set, else the logical cores this process may use; torch's own default counts
+    physical cores)."""
     if "torch" in sys.modules:
         return sys.modules["torch"].get_num_threads()
     if _threads:
         return _threads[0]
     env = os.environ.get("OMP_NUM_THREADS", "")
-    return int(env) if env.isdigit() and int(env) > 0 else max(len(os.sched_getaffinity(0)), 1)
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(cores or 1, 1)
 
 
 def numba_threads() -> int:
