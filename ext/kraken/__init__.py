@@ -19,7 +19,21 @@ Heavy submodules load on first use, so ``import torchhpc.ext.kraken`` stays chea
 
 from __future__ import annotations
 
+import logging
+
 from torchhpc.ext.core.lazy import lazy_exports
+
+
+class _NoFxTracingNotice(logging.Filter):
+    """torchrec's ``KeyedJaggedTensor`` asks torch's deprecated ``is_fx_tracing`` on its first use, and torch
+    logs a warning about that call on every run's standard error: a notice about torchrec's code that no user of
+    kraken can act on.  Only that record is dropped (torch's other warnings pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("is_fx_tracing will return true")
+
+
+logging.getLogger("torch.fx._symbolic_trace").addFilter(_NoFxTracingNotice())  # (no torch import: a name)
 
 _EXPORTS = {
     "DynamicEmbeddingCollection": "embedding",
