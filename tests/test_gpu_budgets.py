@@ -263,6 +263,24 @@ def test_segalign_gapped_sweep_per_launch():
 
 
 @pytest.mark.parametrize("name", ["lorentz_20_sat", "heat1d_t32"])
+def test_fperror_checked_forward_reads_the_device_once(shared_data, name):
+    """The forward pass with its domain and overflow checks (once an analysis) keeps what it finds on the device
+    and reads it after the last group: no host sync a group (it was 3 a group, 482 on lorentz_20)."""
+    from torchhpc.ext.fperror import load
+    from torchhpc.ext.fperror.adjoint import GPU_BUDGETS
+    from torchhpc.ext.fperror.forward import forward, make_groups
+
+    dag = load(shared_data / "fperror" / "satire_large" / f"{name}.txt")
+    g = make_groups(dag)
+    box = dag.box[dag.input_nodes]
+    assert len(g.groups) > 50
+    with count_host_work() as work:
+        forward(dag, g, box[:, :1].clone(), box[:, 1:].clone(), check=True)
+    GPU_BUDGETS["forward_checked"].check(work, len(g.groups), f"fperror checked forward {name}")
+    assert work.syncs <= 2
+
+
+@pytest.mark.parametrize("name", ["lorentz_20_sat", "heat1d_t32"])
 def test_fperror_reverse_pass_per_group(shared_data, name):
     """fperror's reverse passes (interval adjoints, and the error bounds of many columns on their backward cone)
     read the outputs once and nothing per group: the cone is worked out on the host from the DAG's structure (it

@@ -46,6 +46,10 @@ from .forward import Forward, Groups, below_pow2, rounding_magnitude
 from .linear import linear_adjoints
 
 GPU_BUDGETS = {
+    # the checked forward pass (once an analysis): its findings stay on the device and are read after the pass
+    "forward_checked": HostBudget("group", syncs=0, launches=80, fixed_syncs=2, fixed_launches=32,
+                                  why="per group: the interval op twice, the rounding, three kinds of check; "
+                                      "read once at the end (and once for the inputs' formats)"),
     "reverse": HostBudget("group of the backward cone", syncs=0, launches=64, fixed_syncs=1, fixed_launches=16,
                           why="the outputs read once, their cone worked out on the host from the DAG's structure and "
                               "sent in one transfer; per group: gathers, the partial derivatives, three index_add_"),

@@ -197,12 +197,15 @@ def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Te
     """Interval values of every node over B boxes; ``box_lo/hi`` are ``(n_inputs, B)``.
 
     With ``check`` a division by an interval containing 0, a log/sqrt of a possibly non-positive
-    /negative argument or an overflow raises :class:`InputError` naming the operation's source.
+    /negative argument or an overflow raises :class:`InputError` naming the operation's source (the first
+    such operation in group order).  The checks of every group are kept on the device and read once after the
+    pass (on CUDA: one host sync for the whole pass, not two or three a group).
     """
     if check:
         check_input_formats(dag)
     n, nb = dag.num_nodes, box_lo.shape[1]
     dev = box_lo.device
+    checks = _Checks(dag, len(groups.groups), dev) if check else None
     vl = dag.box[:, :1].to(dev).expand(n, nb).clone()
     vh = dag.box[:, 1:].to(dev).expand(n, nb).clone()
     vl[dag.input_nodes] = box_lo
@@ -215,7 +218,7 @@ def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Te
     rounded_leaf = (leaf & (u > 0))[:, None]
     wl = torch.where(rounded_leaf, rl, vl)
     wh = torch.where(rounded_leaf, rh, vh)
-    for (op, idx, a, b), (_, a_h, b_h) in zip(groups.groups, groups.host, strict=True):
+    for gi, ((op, idx, a, b), (_, a_h, b_h)) in enumerate(zip(groups.groups, groups.host, strict=True)):
         binary = op in (ADD, SUB, MUL, DIV, MAX)
         same = (a == b) if op == MUL and bool((a_h == b_h).any()) else None  # (asked of the host's copy)
         lo, hi = _apply(op, vl[a], vh[a], vl[b] if binary else None, vh[b] if binary else None, same)
@@ -224,58 +227,85 @@ def forward(dag: ExprDAG, groups: Groups, box_lo: torch.Tensor, box_hi: torch.Te
             npm = nonpos[idx][:, None]
             hi = torch.where(npm, hi.clamp(max=0.0), hi)
             phi = torch.where(npm, phi.clamp(max=0.0), phi)
-        if check:
-            _check(dag, op, idx, a, b, lo, hi, vl, vh)
+        if checks is not None:
+            checks.note(gi, op, idx, a, b, lo, hi, vl, vh)
         vl[idx], vh[idx] = lo, hi
         pl[idx], ph[idx] = plo, phi
         uu = u[idx][:, None]
         slo, shi = iv.scale_out(plo, phi, uu, eta[idx][:, None])
         wl[idx] = torch.where(uu > 0, slo, plo)
         wh[idx] = torch.where(uu > 0, shi, phi)
+    if checks is not None:
+        checks.raise_first(groups)
     return Forward(vl, vh, pl, ph, wl, wh)
 
 
-def _check(dag, op, idx, a, b, lo, hi, wl, wh) -> None:
-    bad = None
-    why = ""
-    if op == DIV:
-        bad = ((wl[b] <= 0) & (wh[b] >= 0)).any(1)
-        why = "the denominator's range contains 0"
-    elif op == LOG:
-        bad = (wl[a] <= 0).any(1)
-        why = "log of an argument whose range reaches 0 or below"
-    elif op == SQRT:
-        bad = (wl[a] < 0).any(1)
-        why = "sqrt of an argument whose range goes below 0"
-    elif op == TAN:
-        bad = torch.isinf(lo).any(1)
-        why = "tan of an argument whose range contains a pole"
-    if bad is None or not bool(bad.any()):
-        bad = (torch.isinf(lo) | torch.isinf(hi) | torch.isnan(lo) | torch.isnan(hi)).any(1)
-        why = "the value range overflows binary64"
-    if not bool(bad.any()):
-        bad, why = _overflows(dag, idx, lo, hi)
-    if bool(bad.any()):
-        k = int(idx[bad.nonzero()[0, 0]])
-        raise InputError(f"{dag.name}: {dag.label(k)}: {why} over the input box; "
-                         "narrow the input ranges")
+_DOMAIN = {DIV: "the denominator's range contains 0", LOG: "log of an argument whose range reaches 0 or below",
+           SQRT: "sqrt of an argument whose range goes below 0", TAN: "tan of an argument whose range contains a pole"}
+"""What the domain check of each operation that has one finds (:class:`_Checks`, kind 0)."""
 
 
-def _overflows(dag, idx, lo, hi) -> tuple[torch.Tensor, str]:
-    """Which of the nodes ``idx`` (values in ``[lo, hi]`` per box) may exceed the largest finite number of the
-    format they are held in (binary16's 65504, binary32's 3.4e38): computed there they would be inf, which
-    no bound covers."""
+class _Checks:
+    """The checked forward pass's findings, kept on the device: per group, whether each kind of fault occurs
+    (0: the operation's domain, :data:`_DOMAIN`; 1: a value range that overflows binary64; 2: one past the
+    largest finite number of the node's declared format), and per node, where.  A group reports its first
+    kind that occurs, as one check after the other would; :meth:`raise_first` reads them once, after the pass,
+    and raises for the first group in order that found one."""
+
+    def __init__(self, dag, n_groups: int, dev) -> None:
+        self.dag = dag
+        self.found = torch.zeros(n_groups, 3, dtype=torch.bool, device=dev)
+        self.where = torch.zeros(3, dag.num_nodes, dtype=torch.bool, device=dev)
+        limit = _format_limits(dag)
+        self.limit = limit.to(dev) if limit is not None else None
+
+    def note(self, gi: int, op: int, idx, a, b, lo, hi, vl, vh) -> None:
+        """Record group ``gi``'s faults (``vl``/``vh``: the values before the group's results are written)."""
+        kinds = [None, (torch.isinf(lo) | torch.isinf(hi) | torch.isnan(lo) | torch.isnan(hi)).any(1), None]
+        if op == DIV:
+            kinds[0] = ((vl[b] <= 0) & (vh[b] >= 0)).any(1)
+        elif op == LOG:
+            kinds[0] = (vl[a] <= 0).any(1)
+        elif op == SQRT:
+            kinds[0] = (vl[a] < 0).any(1)
+        elif op == TAN:
+            kinds[0] = torch.isinf(lo).any(1)
+        if self.limit is not None:
+            kinds[2] = (torch.maximum(lo.abs(), hi.abs()) > self.limit[idx][:, None]).any(1)
+        for kind, rows in enumerate(kinds):
+            if rows is not None:
+                self.where[kind, idx] = rows
+                self.found[gi, kind] = rows.any()
+
+    def raise_first(self, groups: Groups) -> None:
+        """Raise :class:`InputError` for the first group that found a fault (one host read when none did)."""
+        if not bool(self.found.any()):
+            return
+        found = self.found.cpu().numpy()
+        gi = int(np.flatnonzero(found.any(1))[0])
+        kind = int(np.flatnonzero(found[gi])[0])
+        op, idx_h = groups.groups[gi][0], groups.host[gi][0]
+        k = int(idx_h[np.flatnonzero(self.where[kind].cpu().numpy()[idx_h])[0]])
+        dag = self.dag
+        if kind == 0:
+            why = _DOMAIN[op]
+        elif kind == 1:
+            why = "the value range overflows binary64"
+        else:
+            b = int(dag.fmt[k])
+            why = f"the value range exceeds binary{b}'s largest finite number ({MAX_FINITE[b]:.8g}): it may overflow to inf"
+        raise InputError(f"{dag.name}: {dag.label(k)}: {why} over the input box; narrow the input ranges")
+
+
+def _format_limits(dag) -> torch.Tensor | None:
+    """``(N,)`` the largest finite number of the format each node is held in (binary16's 65504, binary32's
+    3.4e38; inf for binary64 or no declared format): a value past it would be inf there, which no bound
+    covers.  ``None`` when the DAG declares no formats."""
     if dag.fmt is None:
-        return torch.zeros(len(idx), dtype=torch.bool), ""
-    fmt = dag.fmt.to(idx.device)[idx].long()
-    limit = torch.tensor([MAX_FINITE.get(b, math.inf) for b in range(129)], dtype=torch.float64,
-                         device=lo.device)[fmt.clamp(0, 128)]
-    limit = torch.where(fmt > 0, limit, torch.full_like(limit, math.inf))
-    bad = (torch.maximum(lo.abs(), hi.abs()) > limit[:, None]).any(1)
-    if not bool(bad.any()):
-        return bad, ""
-    b = int(fmt[bad.nonzero()[0, 0]])
-    return bad, f"the value range exceeds binary{b}'s largest finite number ({MAX_FINITE[b]:.8g}): it may overflow to inf"
+        return None
+    fmt = dag.fmt.long()
+    table = torch.tensor([MAX_FINITE.get(b, math.inf) for b in range(129)], dtype=torch.float64)
+    return torch.where(fmt > 0, table[fmt.clamp(0, 128)], math.inf)
 
 
 def check_input_formats(dag) -> None:
@@ -288,7 +318,7 @@ def check_input_formats(dag) -> None:
     if dag.fmt is None or not nodes.numel():
         return
     box = dag.box[nodes]
-    bad, _ = _overflows(dag, nodes, box[:, :1], box[:, 1:])
+    bad = (box.abs().amax(1) > _format_limits(dag)[nodes])
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0])
         b = int(dag.fmt[nodes[i]])

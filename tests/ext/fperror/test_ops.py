@@ -191,3 +191,19 @@ def test_cuda_passes_give_the_cpu_bound():
         cpu = analyze(dag, **kw).outputs[0]
         gpu = analyze(dag, device="cuda", **kw).outputs[0]
         assert gpu.abs_bound == pytest.approx(cpu.abs_bound, rel=1e-12), kw
+
+
+@pytest.mark.parametrize("src,msg", [
+    # two faulty operations: the one of the earlier group (level 1's division before level 2's overflow)
+    ("INPUTS { x fl64 : (0, 1e120); } OUTPUTS { y; z; } EXPRS { a rnd64 = x * x; y rnd64 = a * x; z rnd64 = 1 / x; }",
+     r"/ @ 1:\d+: the denominator's range contains 0"),
+    # one operation with two faults: its domain before the overflow of its value range
+    ("INPUTS { x fl64 : (-1, 1e-300); } OUTPUTS { y; } EXPRS { y rnd64 = 1 / x; }", "denominator's range contains 0"),
+    # the overflow of binary64 before the declared format's
+    ("INPUTS { x fl32 : (0, 1000); } OUTPUTS { y; } EXPRS { y rnd32 = exp(x); }", "overflows binary64"),
+])
+def test_the_checked_forward_pass_names_the_first_fault(src, msg):
+    """The checks of every group are read once after the pass; the fault reported is the one the group-by-group
+    checks met first: the earliest group, and in it the domain, then binary64's range, then the format's."""
+    with pytest.raises(InputError, match=msg):
+        analyze(parse_satire(src))
