@@ -304,7 +304,7 @@ def _format_limits(dag) -> torch.Tensor | None:
     if dag.fmt is None:
         return None
     fmt = dag.fmt.long()
-    table = torch.tensor([MAX_FINITE.get(b, math.inf) for b in range(129)], dtype=torch.float64)
+    table = torch.tensor([MAX_FINITE.get(b, math.inf) for b in range(129)], dtype=torch.float64, device=fmt.device)
     return torch.where(fmt > 0, table[fmt.clamp(0, 128)], math.inf)
 
 

@@ -30,7 +30,7 @@ class _NoFxTracingNotice(logging.Filter):
     kraken can act on.  Only that record is dropped (torch's other warnings pass)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("is_fx_tracing will return true")
+        return not str(record.msg).startswith("is_fx_tracing will return true")
 
 
 logging.getLogger("torch.fx._symbolic_trace").addFilter(_NoFxTracingNotice())  # (no torch import: a name)

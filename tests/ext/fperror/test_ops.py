@@ -207,3 +207,13 @@ def test_the_checked_forward_pass_names_the_first_fault(src, msg):
     checks met first: the earliest group, and in it the domain, then binary64's range, then the format's."""
     with pytest.raises(InputError, match=msg):
         analyze(parse_satire(src))
+
+
+def test_the_formats_limits_live_with_the_dags_formats():
+    """On CUDA the analysis moves the DAG (its formats too) to the GPU: the table of each format's largest finite
+    number is made there, not on the CPU (indexing a CPU table with CUDA indices raises); 'meta' stands in."""
+    from torchhpc.ext.fperror.forward import _format_limits
+
+    dag = parse_satire("INPUTS { x fl32 : (0, 1); } OUTPUTS { y; } EXPRS { y rnd32 = x * x; }")
+    dag.fmt = dag.fmt.to("meta")
+    assert _format_limits(dag).device.type == "meta"
