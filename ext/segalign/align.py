@@ -98,16 +98,19 @@ def plan_alignment(cfg: PipelineOptions, device: str | torch.device | None = Non
     """
     if device is None:
         device = cfg.device if hasattr(cfg, "device") else cfg.dist.device
+
+    def kernels(dev) -> tuple[str, str | None]:  # the filter's and the gapped stage's, for data on dev
+        backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
+        return backend, None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(
+            cfg.gapped_by, dev)
+
     if arrays and (ctx is None or ctx.world_size == 1) and str(resolve_auto(device, AUTO_DEVICE)) == "cpu":
-        backend = resolve_backend(cfg.backend, "cpu", choices=BACKENDS, what="--backend")
-        gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(
-            cfg.gapped_by, "cpu")
+        backend, gapped_by = kernels("cpu")
         if backend == "numba" and cfg.fused and parse_seed(cfg.seed).count("1") <= DIRECT_TABLE_MAX_WEIGHT \
                 and gapped_by != "triton":
             return AlignPlan(None, backend, gapped_by, ctx or DistContext(0, 1, 0, "cpu", None), arrays=True)
     dev = pick_device(device, auto=AUTO_DEVICE)
-    backend = resolve_backend(cfg.backend, dev, choices=BACKENDS, what="--backend")
-    gapped_by = None if not cfg.gapped else "lastz" if cfg.gapped_by == "lastz" else gapped_kernel(cfg.gapped_by, dev)
+    backend, gapped_by = kernels(dev)
     return AlignPlan(dev, backend, gapped_by, ctx if ctx is not None else DistContext(0, 1, 0, dev, None))
 
 
