@@ -55,11 +55,14 @@ def main() -> None:
                                     rank=ctx.rank, world_size=ctx.world_size, optimizer=make_optimizer,
                                     checkpoint_stages=range(P) if ckpt == "1" else (), timeout_s=timeout_s)
             data = SyntheticImages(SHAPE, 5, seed=1)
-            losses, grads0 = [], {}
+            losses, grads0, orders = [], {}, []
             for step in range(STEPS):
                 if hang and step == 1 and ctx.rank == 1:
                     time.sleep(3600)  # torchrun's agent sees nothing wrong: only rank 0's timeout ends the job
                 loss_sum = engine.run_schedule(data, step)
+                # the order this rank ran its actions in (inputs arriving late may change it)
+                orders.append([(ev.replica, ev.kind, ev.rep, ev.micro_batch) for ev in engine.events
+                               if ev.kind in ("F", "B")])
                 engine.sync_gradients()
                 if step == 0:
                     grads0 = {c.replica: (c.stage, [p.grad.clone() for p in c.module.parameters()])
@@ -67,7 +70,7 @@ def main() -> None:
                 engine.optimizer_step()
                 losses.append(engine.global_loss(loss_sum))
             torch.save({"losses": losses, "grads0": grads0, "global_batch": engine.global_batch,
-                        "bounds": bounds, "memory": engine.memory_report(),
+                        "bounds": bounds, "memory": engine.memory_report(), "orders": orders,
                         "params": {c.replica: (c.stage, [p.detach().clone() for p in c.module.parameters()])
                                    for c in engine.copies}},
                        os.path.join(out_dir, f"{name}.rank{ctx.rank}.pt"))

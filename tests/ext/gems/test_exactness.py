@@ -110,17 +110,34 @@ def test_two_ranks_every_schedule_equals_single_process(tmp_path):
 
 def _check_simulated_memory(out_dir: Path) -> None:
     """The simulator's per-rank memory (from a single-process profile) matches what the real
-    2-rank runs tracked (weights, gradients, momentum, stashed activations, receive buffers)."""
+    2-rank runs tracked (weights, gradients, momentum, stashed activations, receive buffers).
+
+    The engine runs the first replica, in the simulator's priority order, whose next action has its input: when
+    an input arrives late (a loaded machine), a MAST rank runs the other replica's action first, an interleaving
+    the simulator did not plan, and its peak moves by what that action holds.  So the claim "within 7 %" is
+    checked where the rank ran the simulator's order in every step (the usual case); where it did not, the
+    peak must stay within 7 % plus one micro-batch of the largest stage (its stash and its message)."""
     blocks = worker.make_blocks("resnet")
     prof = profile_blocks(blocks, torch.randn(2, *worker.SHAPE), repeats=1)
+    planned_runs = 0
     for name, schedule, ckpt in (("gpipe", "gpipe", ()), ("mast", "mast", ()), ("mast_ckpt", "mast", (0, 1))):
         blobs = [torch.load(out_dir / f"{name}.rank{r}.pt", weights_only=False) for r in range(2)]
-        sim = simulate(stage_infos(prof, blobs[0]["bounds"]), schedule, 2, checkpoint_stages=ckpt)
+        infos = stage_infos(prof, blobs[0]["bounds"])
+        sim = simulate(infos, schedule, 2, checkpoint_stages=ckpt, keep_events=True)
+        unit = max(s.activation_bytes + s.output_bytes for s in infos)
         for r in range(2):
+            planned = [(k, kind, e, m) for _, k, kind, e, m, *_ in sorted((ev for ev in sim.events if ev[0] == r),
+                                                                         key=lambda ev: ev[5])]
             # measured / simulated on this model: GPipe 1.062 and 1.001, MAST 1.014, MAST with activation
-            # checkpointing 1.023 on both ranks (the same in every run); the claim is "within 7 %"
+            # checkpointing 1.023 on both ranks (in the simulator's order); the claim is "within 7 %"
             measured = blobs[r]["memory"]["peak_model_bytes"]
-            assert measured == pytest.approx(sim.peak_bytes[r], rel=MEMORY_RTOL), f"{name}: rank {r} memory"
+            if all(order == planned for order in blobs[r]["orders"]):
+                planned_runs += 1
+                assert measured == pytest.approx(sim.peak_bytes[r], rel=MEMORY_RTOL), f"{name}: rank {r} memory"
+            else:
+                slack = MEMORY_RTOL * sim.peak_bytes[r] + unit
+                assert abs(measured - sim.peak_bytes[r]) <= slack, f"{name}: rank {r} memory (another order)"
+    assert planned_runs > 0  # (a machine too loaded to run any rank in the planned order would leave only the bound)
 
 
 @pytest.mark.distributed
