@@ -168,7 +168,7 @@ def test_the_filters_finish_on_arrays_is_the_tensor_ops(code_pair, n):
     """The entropy adjustment, the threshold and the de-duplication on NumPy arrays (the CPU's, tensors'
     and arrays' alike) keep the very HSPs, scores and order of the tensor ops (a GPU's): raw HSPs of a
     related pair with repeats, low-complexity runs and nested duplicates on a diagonal."""
-    from torchhpc.ext.segalign.ops import _finish, _finish_arrays, _finish_tensors
+    from torchhpc.ext.segalign.ops import _entropy_arrays, _finish, _finish_arrays, _finish_tensors
 
     t, q, g = code_pair(3000, 5)
     t[100:700] = 0  # a low-complexity run (entropy 0 where it matches)
@@ -181,6 +181,13 @@ def test_the_filters_finish_on_arrays_is_the_tensor_ops(code_pair, n):
     if n > 4:
         ts[1], qs[1], ln[1], sc[1] = ts[0] + 5, qs[0] + 5, max(int(ln[0]) - 10, 1), sc[0]  # nested in HSP 0
     args = (3000, True, "+")
+    # the entropy factors agree to rounding (two libm's log), and no adjusted score sits within rounding of an
+    # integer, so the floored scores below are comparable exactly on any CPU
+    q_t = match_entropy(t, q, ts, qs, ln).numpy()
+    q_a = _entropy_arrays(t.numpy(), q.numpy(), ts.numpy(), qs.numpy(), ln.numpy())
+    np.testing.assert_allclose(q_a, q_t, rtol=1e-12, atol=0)
+    prod = sc.numpy() * q_a
+    assert not np.any((q_a > 0) & (q_a < 1) & (np.abs(prod - np.round(prod)) < 1e-6))  # (0 and 1 are exact)
     want = _finish_tensors(t, q, ts, qs, ln, sc, *args)
     got = _finish_arrays(t.numpy(), q.numpy(), ts.numpy(), qs.numpy(), ln.numpy(), sc.numpy(), *args)
     on_cpu = _finish(t, q, ts, qs, ln, sc, *args)  # CPU tensors: the arrays' implementation, as tensors
