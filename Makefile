@@ -31,7 +31,7 @@ TORCHREC := torchrec==1.8.0
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export OMP_NUM_THREADS ?= 2
 
-.PHONY: setup test demo bench gpu-check lint clean
+.PHONY: setup test demo bench gpu-check lint clean kernels
 
 setup: $(STAMP)
 
@@ -53,8 +53,13 @@ lint: setup
 # processes waiting on processes (torchrun ranks, CLI runs), so two cores take it from ~11 to ~8 minutes.
 TEST_WORKERS ?= 2
 
-test: setup lint
+test: setup lint kernels
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# segalign's CPU kernels compiled ahead of time for this CPU (once per source change; a no-op after):
+# the aligner's command starts without numba's JIT, and the suite checks both
+kernels: setup
+	$(PY) -m torchhpc.ext.segalign.torch_numba
 
 demo: setup
 	$(VENV)/bin/torchhpc demo --config configs/demo/default.yaml

@@ -42,8 +42,11 @@ def align(cmd: AlignCommand) -> int:
         # one process on the CPU with the compiled kernels: NumPy arrays throughout, torch never imported
         plan = pipeline.plan_alignment(cmd, arrays=True)
         if plan.arrays:
-            from .torch_numba import set_cpu_threads
+            from torchhpc.ext.core.cli import say
 
+            from .torch_numba import KERNELS, set_cpu_threads
+
+            KERNELS.ensure_built(notice=lambda line: say(f"torchhpc: {line}"))  # once per install and CPU: later commands start without numba
             set_cpu_threads(cmd.dist.threads)
             try:
                 res = pipeline.align_files(cmd.target, cmd.query, cmd, plan=plan)

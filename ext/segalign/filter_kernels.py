@@ -28,12 +28,14 @@ import numpy as np
 from torchhpc.ext.core.dispatch import numba_available
 from torchhpc.ext.core.lazy import lazy_module
 
-from .torch_numba import as_array, host, keep_torch_threads, like, numba_threads
+from .torch_numba import KERNELS, as_array, cpu_threads, host, keep_torch_threads, like, numba_threads
 
 torch = lazy_module("torch")  # the tensor entry points only: the fused pass runs on arrays without it
 
 if numba_available():  # pragma: no cover - exercised where numba is installed (make setup installs it)
-    from numba import njit, prange
+    from torchhpc.ext.core.compiled import prange  # noqa: F401 - numba's, once the kernels are JIT-compiled
+
+    kernel = KERNELS.kernel
 
 
 DENSE_BYTES_PER_HIT = 64
@@ -42,7 +44,7 @@ DENSE_BYTES_PER_HIT = 64
 
 if numba_available():
 
-    @njit(nogil=True, cache=True, inline="always")
+    @kernel(nogil=True, cache=True, inline="always")
     def _extend(t, q, ti, qi, step, table, xdrop):
         # running score; best = highest running score reached (>= 0); stop at the first cell
         # that falls more than xdrop below it.  The separator scores a wall, so a walk never
@@ -63,7 +65,7 @@ if numba_available():
             ti += step
             qi += step
 
-    @njit(nogil=True, cache=True, parallel=True)
+    @kernel(nogil=True, cache=True, parallel=True)
     def _extend_many(t, q, t_first, q_first, step, table, xdrop, best, length, scanned):
         for i in prange(t_first.shape[0]):
             b, ln, sc = _extend(t, q, t_first[i], q_first[i], step, table, xdrop)
@@ -74,21 +76,21 @@ if numba_available():
     _EMPTY = -(1 << 62)
     _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit integer
 
-    @njit(nogil=True, cache=True, parallel=True)
+    @kernel(nogil=True, cache=True, parallel=True)
     def _scan(t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
               ts, qs, ln, sc, keep, n_ext):
         for p in prange(parts):
             _scan_part(p, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
                        ts, qs, ln, sc, keep, n_ext)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _scan_serial(t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
                      ts, qs, ln, sc, keep, n_ext):
         # one thread, no parallel region: safe to call from several Python threads at once
         _scan_part(0, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, 1, dense, d_min,
                    ts, qs, ln, sc, keep, n_ext)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _scan_part(p, t, q, ends, lo, cnt, first, qend, table, xdrop, thresh, parts, dense, d_min,
                    ts, qs, ln, sc, keep, n_ext):
         if True:
@@ -142,7 +144,7 @@ if numba_available():
                         keep[g] = True
             n_ext[p] = count
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _probe(hkey, d, bits):
         mask = (1 << bits) - 1
         i = ((d * _GOLDEN) >> (64 - bits)) & mask
@@ -150,14 +152,15 @@ if numba_available():
             i = (i + 1) & mask
         return i
 
-    @njit(nogil=True, cache=True, parallel=True)
+    @kernel(nogil=True, cache=True, parallel=True)
     def _seed_scan(t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                    max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
         for p in prange(parts):
             _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                             max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True, aot=["u1[::1], u1[::1], i8[::1], i8, i8, i8, b1[::1], i4[::1], i4[::1], i8[::1], "
+                                         "i8, i8, i8, i8, i8, i8, i8, i8[:, :, ::1], i8[::1], i8[::1], i8[::1]"])
     def _seed_scan_serial(t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                           max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
         # one thread, no parallel region: safe to call from several Python threads at once
@@ -167,7 +170,7 @@ if numba_available():
     PENDING_HITS = 2048
     """Hits the fused scan collects before extending them (see :func:`_drain`)."""
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _drain(h, ht, hq, t, q, table, xdrop, thresh, dense, d_min, hkey, hval, bits, used, cap, out, p,
                stored, count, sink):
         """Extend the pending hits ``ht[:h], hq[:h]`` in order (LASTZ's diagonal rule, as below).
@@ -230,7 +233,7 @@ if numba_available():
                 stored += 1
         return hkey, hval, bits, used, stored, count
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _seed_scan_part(p, t, q, qkeys, start, length, n_var, present, offsets, ends, table, xdrop, thresh,
                         max_hits, parts, dense_n, d_min, cap, out, n_out, n_ext, n_hits):
         if True:
@@ -352,8 +355,8 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     np.cumsum(cnt_[:-1], out=first[1:])
     ts, qs, ln, sc = (np.zeros(H, np.int64) for _ in range(4))
     keep = np.zeros(H, np.bool_)
-    parts = 1 if threads == 1 else numba_threads()
-    kernel = _scan_serial if parts == 1 else _scan
+    parts = 1 if (cpu_threads() if threads is None else threads) == 1 else numba_threads()
+    scan = _scan_serial if parts == 1 else _scan
     n_ext = np.zeros(parts, np.int64)
     ends_ = as_array(ends, np.int64)
     d_min = d_max = 0
@@ -364,9 +367,9 @@ def ungapped_scan_numba(t_codes, q_codes, ends, lo, counts, q_end, table, xdrop,
     n_diag = d_max - d_min + 1
     dense = np.full(n_diag if n_diag * 8 <= DENSE_BYTES_PER_HIT * max(H, 1) else 0, -1, np.int64)
     with keep_torch_threads():
-        kernel(as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), ends_, lo_, cnt_, first, qe_,
-              as_array(table.reshape(-1), np.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
-              ts, qs, ln, sc, keep, n_ext)
+        scan(as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), ends_, lo_, cnt_, first, qe_,
+             as_array(table.reshape(-1), np.int64), int(xdrop), int(hspthresh), parts, dense, d_min,
+             ts, qs, ln, sc, keep, n_ext)
     out = (torch.from_numpy(a[keep]) for a in (ts, qs, ln, sc))
     return (*out, int(n_ext.sum()))
 
@@ -415,8 +418,8 @@ def seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits,
     d_min = L - (end - 1 + L)
     n_diag = n_t - start - L - d_min + 1
     dense_n = n_diag if n_diag * 8 <= DENSE_MAX_BYTES else 0
-    parts = 1 if threads == 1 else numba_threads()
-    kernel = _seed_scan_serial if parts == 1 else _seed_scan
+    parts = 1 if (cpu_threads() if threads is None else threads) == 1 else numba_threads()
+    scan = _seed_scan_serial if parts == 1 else _seed_scan
     args = (as_array(t_codes, np.uint8), as_array(q_codes, np.uint8), qkeys, int(start), L, n_var,
             as_array(index.present, np.bool_), np.ascontiguousarray(host(index.offsets)), np.ascontiguousarray(host(index.ends)),
             as_array(table.reshape(-1), np.int64), int(xdrop), int(hspthresh), int(max_hits), parts, dense_n,
@@ -426,7 +429,7 @@ def seed_scan_numba(t_codes, q_codes, index, start, qkeys, transition, max_hits,
         out = np.zeros((parts, cap, 4), np.int64)
         n_out, n_ext, n_hits = (np.zeros(parts, np.int64) for _ in range(3))
         with keep_torch_threads():
-            kernel(*args, cap, out, n_out, n_ext, n_hits)
+            scan(*args, cap, out, n_out, n_ext, n_hits)
         if int(n_out.max()) <= cap:
             break
         cap = int(n_out.max())  # rare: more HSPs than the buffer held; run again with room for all

@@ -39,10 +39,11 @@ import numpy as np
 from torchhpc.ext.core.dispatch import numba_available
 
 from .fasta import SEPARATOR
+from .torch_numba import KERNELS
 from .walls import Walls
 
 if numba_available():
-    from numba import njit
+    kernel = KERNELS.kernel
 
     _NEG = -(1 << 29)
     _SEP = SEPARATOR
@@ -52,13 +53,13 @@ if numba_available():
     # the codes of the sweep: 0-3 a nucleotide (either case), 4 ambiguous (N, IUPAC), 8 a record separator
     _EFF = np.array([0, 1, 2, 3, 0, 1, 2, 3, 4, 4, 8], np.int32)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _fill(dst, dst0, step, src, start, d, lo, hi, eff):
         """``dst[dst0 + k*step] = eff[src[start + d*(k-1)]]`` for ``k`` in ``[lo, hi)`` (the code consumed at offset k)."""
         for k in range(lo, hi):
             dst[dst0 + k * step] = eff[src[start + d * (k - 1)]]
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _fill_walls(Wlo, Whi, nI, nJ, wlo, whi, t0, q0, d, lo, hi, use):
         """The first wall interval of the query base consumed at each offset ``J`` in ``[lo, hi)``, as an
         interval of target offsets ``I`` at ``Wlo[nJ - J]``, ``Whi[nJ - J]`` (reversed, as the query codes
@@ -81,7 +82,7 @@ if numba_available():
                 Wlo[nJ - j] = min(max(t0 - w1 + 1, 1), top)
                 Whi[nJ - j] = max(min(t0 - w0 + 1, top), -1)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _cells(S, h1, e1, f1, h2, hn, en, fn, tb, Tb, Qr, Wlo, Whi, k0, toff, a, j0, n, sc16, amb, oe, ext, cut):
         """One anti-diagonal's ``n`` cells ``I = a ..`` (index ``k0 + p`` of the rows ``h1 .. fn`` of ``S``,
         query codes ``Qr[j0 + p]``, traceback bytes ``tb[toff + p]``); returns the best H (walls excepted), stores the cells with the
@@ -154,7 +155,7 @@ if numba_available():
             S[rfn, uk + p] = NEG if (bad or Fv < cut) else Fv
         return top
 
-    @njit(nogil=True, cache=True, inline="always")  # a call per anti-diagonal: inlined, ~4 % of the sweep
+    @kernel(nogil=True, cache=True, inline="always")  # a call per anti-diagonal: inlined, ~4 % of the sweep
     def _clear(S, x, y, k0, n, k1, m):
         """Rows ``x`` and ``y`` of ``S`` back to NEG from ``k0`` on, for ``n`` cells rounded up as in
         :func:`_cells`, except the ``m`` cells from ``k1`` on (rounded up alike), which :func:`_cells` is
@@ -170,7 +171,7 @@ if numba_available():
             S[x, i] = NEG
             S[y, i] = NEG
 
-    @njit(nogil=True, cache=True, inline="always")  # a call per anti-diagonal: inlined, ~4 % of the sweep
+    @kernel(nogil=True, cache=True, inline="always")  # a call per anti-diagonal: inlined, ~4 % of the sweep
     def _cut(S, hn, en, fn, k0, n, cut, top):
         """Y-drop with a raised cut: cells below ``cut`` are dead (NEG); returns the first cell scoring ``top``
         (over the padded cells too, which are dead already: see :func:`_cells`)."""
@@ -191,7 +192,7 @@ if numba_available():
             S[rfn, uk + up] = NEG if f < cut else f
         return first
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _on_wall(lo, hi, row, ut):
         """Whether target base ``ut`` lies in one of the intervals of ``lo[row], hi[row]`` (-1 ends the list)."""
         for kk in range(min(lo.shape[1], hi.shape[1])):  # (a pair taken while Walls grew: the shorter)
@@ -202,7 +203,7 @@ if numba_available():
                 return True
         return False
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True, aot=["i8[::1], i8[::1], i8[::1], u1[::1], u1[::1], i8[::1], i8, i8[::1]"])
     def _anchor_peaks(ts, qs, ln, t, q, table, w, peak):
         """``peak[i]`` of each HSP longer than ``w``: the middle of its first best-scoring ``w``-base
         window (:func:`.gapped.hsp_anchors`' rule, one rolling sum per HSP)."""
@@ -223,7 +224,7 @@ if numba_available():
                     at = k
             peak[i] = at + w // 2
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _trace(tb, offs, los, a_bi, a_bd):
         """The path from the best cell ``(a_bi, a_bd - a_bi)`` back to the origin: target and query offsets of
         each column from the origin outwards (``-1`` on the gapped side), read from the traceback bytes of
@@ -260,7 +261,8 @@ if numba_available():
                 J -= 1
         return pt[k:].copy(), pq[k:].copy()
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True, aot=["u1[::1], u1[::1], i8, i8, i8, i4[::1], i8, i4[::1], i8, i8, i8, i4[:, ::1], "
+                                         "i4[:, ::1], i4[::1], b1, i4[:, ::1], i4[:, ::1], b1, u1[::1]"])
     def _extend_one(t, q, t0, q0, d, sc16, amb, eff, oe, ext, ydrop, wlo, whi, wrow, use_rows, olo, ohi, use_cover, tb):
         n_t, n_q = t.shape[0], q.shape[0]
         NEG = _NEG

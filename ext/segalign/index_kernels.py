@@ -19,15 +19,17 @@ import numpy as np
 
 from torchhpc.ext.core.dispatch import numba_available
 
-from .torch_numba import as_array, host, keep_torch_threads, like, numba_threads
+from .torch_numba import KERNELS, as_array, cpu_threads, host, keep_torch_threads, like, numba_threads
 
 if numba_available():  # pragma: no cover - exercised where numba is installed (make setup installs it)
-    from numba import njit, prange
+    from torchhpc.ext.core.compiled import prange  # noqa: F401 - numba's, once the kernels are JIT-compiled
+
+    kernel = KERNELS.kernel
 
 
 if numba_available():
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _lookups(qkeys, w0, n_var, present, offsets, start, length, lo, cnt, qend, n0):
         """The successful look-ups of ``qkeys[w0:]`` (the key, then its ``n_var - 1`` transition variants), in
         order, written from ``n0`` on; stops before a window that might not fit.  Returns (next window, n)."""
@@ -48,7 +50,7 @@ if numba_available():
                     n += 1
         return qkeys.shape[0], n
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True, aot=["u1[::1], i8[::1], i8, i8, i8, i8[::1]"])
     def _seed_keys_kernel(codes, care, start, last, length, out):
         """Keys of the windows ``start .. last-1`` into ``out[:last-start]`` (-1 where a base code is
         >= 4: soft-masked, N or a separator), one pass: the last such base seen decides validity."""
@@ -68,7 +70,7 @@ if numba_available():
                 key |= (codes[i + care[k]] & 3) << (2 * k)
             out[i - start] = key
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _index_chunk(codes, care, length, step, lo, hi, slots, ends, fill):
         """The counting sort's scan of the windows ``lo, lo + step, ... < hi`` (``lo`` on the step
         grid), keys computed on the fly; windows over lowercase, N or a record separator are skipped.
@@ -97,7 +99,7 @@ if numba_available():
                 slots[key] += 1
         return n
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True, aot=["u1[::1], i8[::1], i8, i8, i8, i4[::1], b1[::1], i4[::1], b1"])
     def _index_pass(codes, care, length, step, last, offsets, present, ends, fill):
         """One pass of the counting sort over the keys of the windows ``0, step, ... < last``, computed
         on the fly (as :func:`_seed_keys_kernel`; no array of keys the size of the genome).
@@ -114,13 +116,13 @@ if numba_available():
         # offsets[key + 1] is key's next free slot; filling advances it to key + 1's first
         return _index_chunk(codes, care, length, step, 0, last, offsets[1:], ends, True)
 
-    @njit(nogil=True, cache=True, parallel=True)
+    @kernel(nogil=True, cache=True, parallel=True)
     def _index_chunks(codes, care, length, step, bounds, slots, ends, fill):
         """:func:`_index_chunk` on each chunk ``bounds[c] .. bounds[c + 1]`` side by side (table ``slots[c]``)."""
         for c in prange(slots.shape[0]):
             _index_chunk(codes, care, length, step, bounds[c], bounds[c + 1], slots[c], ends, fill)
 
-    @njit(nogil=True, cache=True)
+    @kernel(nogil=True, cache=True)
     def _index_offsets(slots, offsets, present):
         """Chunk counts -> each chunk's first slot of each key (chunk by chunk within a key: the windows
         stay in position order), ``offsets[k]`` (key ``k``'s first slot; ``offsets[space]``: the total)
@@ -186,10 +188,12 @@ def count_index_numba(codes, pattern: str, step: int, threads: int | None = None
     length, space = len(pattern), 4 ** care.size
     last = max(c.size - length + 1, 0)  # windows that fit
     small = c.size + length < 2 ** 31  # every position and count fits in 32 bits
-    parts = numba_threads() if threads is None else max(int(threads), 1)
+    parts = cpu_threads() if threads is None else max(int(threads), 1)
     # chunks of the target side by side, a table each (as many as INDEX_TABLES_MAX_BYTES allows)
     parts = min(parts, INDEX_TABLES_MAX_BYTES // (space * (4 if small else 8)),
                 -(-last // int(step)) // INDEX_CHUNK_MIN_WINDOWS)
+    if parts > 1 and threads is None:
+        parts = min(parts, numba_threads())  # (a parallel launch: numba is loaded, its thread count set)
     if parts > 1:
         return _count_index_chunks(c, care, length, int(step), last, space, small, parts, codes)
     offsets = np.zeros(space + 2, np.int32 if small else np.int64)

@@ -19,6 +19,13 @@ import sys
 
 import numpy as np
 
+from torchhpc.ext.core.compiled import Library
+
+KERNELS = Library("segalign", ("torchhpc.ext.segalign.index_kernels", "torchhpc.ext.segalign.filter_kernels",
+                               "torchhpc.ext.segalign.gapped_kernels"))
+"""segalign's numba kernels: compiled ahead of time for the CPU command (:mod:`torchhpc.ext.core.compiled`),
+else by numba's JIT.  ``python -m torchhpc.ext.segalign.torch_numba`` builds the ahead-of-time module."""
+
 _threads: list[int] = []  # the thread count of a run without torch (set_cpu_threads); default: every core
 
 
@@ -97,5 +104,10 @@ class keep_torch_threads:
             torch.set_num_threads(self.n)
 
 
-__all__ = ["as_array", "cpu_threads", "host", "is_tensor", "keep_torch_threads", "like", "numba_threads",
+__all__ = ["KERNELS", "as_array", "cpu_threads", "host", "is_tensor", "keep_torch_threads", "like", "numba_threads",
            "set_cpu_threads"]
+
+
+if __name__ == "__main__":  # python -m torchhpc.ext.segalign.torch_numba: build the ahead-of-time kernels
+    path = KERNELS.ensure_built(notice=lambda line: print(line, file=sys.stderr))
+    print(path if path is not None else "not built: numba's JIT runs the kernels")

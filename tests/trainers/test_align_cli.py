@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -180,6 +181,7 @@ def test_bad_input_one_line_nonzero(cli, pair, tmp_path, make, extra, words):
 
 
 _NO_TORCH = ("import sys\nfrom torchhpc.trainers.cli import main\nrc = main(sys.argv[1:])\n"
+             "print('numba imported:', 'numba' in sys.modules, file=sys.stderr)\n"
              "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\nsys.exit(rc)")
 
 
@@ -187,7 +189,8 @@ _NO_TORCH = ("import sys\nfrom torchhpc.trainers.cli import main\nrc = main(sys.
 def test_the_cpu_command_runs_without_torch_and_writes_the_tensor_pipelines_bytes(pair, tmp_path, threads):
     """``torchhpc align`` in one process on the CPU runs the compiled stages on NumPy arrays and never imports
     torch (a second of start-up, more than a small pair's alignment); its output is that of the tensor
-    pipeline (the library's default plan, in this process), byte for byte, on one thread and on two."""
+    pipeline (the library's default plan, in this process), byte for byte, on one thread and on two.  On one
+    thread the kernels are the ahead-of-time build's (:data:`.torch_numba.KERNELS`): numba is not imported."""
     import subprocess
     import sys
 
@@ -198,12 +201,17 @@ def test_the_cpu_command_runs_without_torch_and_writes_the_tensor_pipelines_byte
     from torchhpc.ext.segalign.output import write_alignments
 
     pytest.importorskip("numba")
+    from torchhpc.ext.segalign.torch_numba import KERNELS
+
+    assert KERNELS.ensure_built() is not None  # (make test builds it first; a failed build fails here)
     t, q = str(pair / "t.fa.gz"), str(pair / "q.fa")
     out = tmp_path / "cmd.maf"
     res = subprocess.run([sys.executable, "-c", _NO_TORCH, "align", t, q, "--threads", str(threads), "--output",
                           str(out)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stderr.strip().splitlines()[-1] == "torch imported: False"
+    if threads == 1:  # the kernels built ahead of time: numba not even imported
+        assert res.stderr.strip().splitlines()[-2] == "numba imported: False"
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -215,6 +223,31 @@ def test_the_cpu_command_runs_without_torch_and_writes_the_tensor_pipelines_byte
     assert isinstance(lib.target.codes, torch.Tensor) and isinstance(lib.hsps["+"].score, torch.Tensor)
     write_alignments(lib.alignments, "maf", str(tmp_path / "lib.maf"))
     assert len(lib.alignments) > 2 and out.read_bytes() == (tmp_path / "lib.maf").read_bytes()
+
+
+def test_the_kernels_built_ahead_of_time_write_the_jits_bytes(tmp_path):
+    """The ahead-of-time kernels (the default on one thread) and numba's JIT of the same source
+    (``TORCHHPC_AOT=0``) write the same MAF bytes on a pair whose repeats (20 copies of a 400 bp element)
+    stack walls of several alignments on query bases (the gapped stage's overflow rows), both strands."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("numba")
+    from torchhpc.ext.segalign.torch_numba import KERNELS
+
+    assert KERNELS.ensure_built() is not None
+    sim = simulate_pair(30_000, substitution_rate=0.08, indel_rate=0.005, seed=5, repeats=((400, 20, 0.05),))
+    sim.write(tmp_path / "t.fa", tmp_path / "q.fa")
+    runs = {}
+    for aot in ("1", "0"):
+        out = tmp_path / f"aot{aot}.maf"
+        res = subprocess.run([sys.executable, "-c", _NO_TORCH, "align", str(tmp_path / "t.fa"), str(tmp_path / "q.fa"),
+                              "--threads", "1", "--output", str(out)], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "TORCHHPC_AOT": aot})
+        assert res.returncode == 0, res.stderr[-2000:]
+        runs[aot] = (out.read_bytes(), res.stderr.strip().splitlines()[-2])
+    assert runs["1"][1] == "numba imported: False" and runs["0"][1] == "numba imported: True"
+    assert runs["1"][0] == runs["0"][0] and runs["1"][0].count(b"\na score=") > 20
 
 
 @pytest.mark.parametrize("options,arrays", [({}, True), ({"gapped": False}, True), ({"backend": "torch"}, False),

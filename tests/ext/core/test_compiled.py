@@ -1,0 +1,151 @@
+"""Kernels compiled by numba's JIT or ahead of time (torchhpc.ext.core.compiled), on a small library of
+kernels written to a temporary directory and built there (a few seconds: numba's pycc and the C compiler)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from torchhpc.ext.core.compiled import argument_checks
+
+pytest.importorskip("numba")
+
+_KERNELS = textwrap.dedent('''
+    import numpy as np
+
+    from torchhpc.ext.core.compiled import Library, prange
+
+    LIB = Library("demo", ("kdemo",))
+
+    @LIB.kernel(nogil=True)
+    def _twice(x):
+        return 2 * x
+
+    @LIB.kernel(nogil=True, cache=True, aot=["i8[::1], i8, i8[::1]"])
+    def scaled_sum(a, k, out):
+        s = 0
+        for i in range(a.shape[0]):
+            out[i] = _twice(a[i]) * k
+            s += out[i]
+        return s, out[:1].copy()
+
+    @LIB.kernel(nogil=True, parallel=True)
+    def squares(out):
+        for i in prange(out.shape[0]):
+            out[i] = i * i
+''')
+
+_BROKEN = _KERNELS + textwrap.dedent('''
+    @LIB.kernel(aot=["i8[::1]"])
+    def untypable(a):
+        return {1: "one", "two": 2}[a[0]]
+''')
+
+_RUN = textwrap.dedent('''
+    import json, sys
+    import numpy as np
+    import kdemo
+    a = np.arange(5, dtype=np.int64)
+    out = np.zeros(5, np.int64)
+    s, first = kdemo.scaled_sum(a, 3, out)
+    report = {"sum": int(s), "first": int(first[0]), "out": out.tolist(), "numba": "numba" in sys.modules}
+    s32, _ = kdemo.scaled_sum(a.astype(np.int32), 3, np.zeros(5, np.int32))  # not the declared type: the JIT
+    sq = np.zeros(6, np.int64)
+    kdemo.squares(sq)
+    report.update(sum32=int(s32), numba_after=True if "numba" in sys.modules else False, squares=sq.tolist())
+    print(json.dumps(report))
+''')
+
+
+def _write(tmp_path, source):
+    d = tmp_path / "src"
+    d.mkdir(exist_ok=True)
+    (d / "kdemo.py").write_text(source)
+    return d
+
+
+def _env(tmp_path, **extra):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "src"), os.environ.get("PYTHONPATH", "")]),
+           "TORCHHPC_CACHE": str(tmp_path / "cache")}
+    env.pop("TORCHHPC_AOT", None)
+    return {**env, **extra}
+
+
+def _python(tmp_path, code, **extra):
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(tmp_path, **extra),
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip().splitlines()
+
+
+_BUILD = ("import kdemo\npath = kdemo.LIB.ensure_built(notice=print)\nprint(path)")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The demo library built once: (tmp dir, the build's printed lines, the module's path)."""
+    tmp = tmp_path_factory.mktemp("compiled")
+    _write(tmp, _KERNELS)
+    # a build of older sources for this CPU: the new build removes it
+    probe = _python(tmp, "import kdemo\nprint(kdemo.LIB.path())")[-1]
+    stale = os.path.join(os.path.dirname(probe), "torchhpc_demo_00000000000000000000.so")
+    os.makedirs(os.path.dirname(stale), exist_ok=True)
+    open(stale, "wb").close()
+    lines = _python(tmp, _BUILD)
+    return tmp, lines, lines[-1], stale
+
+
+def test_a_built_kernel_runs_without_numba_and_gives_the_jits_results(built):
+    tmp, lines, path, _ = built
+    assert "compiling the CPU kernels once" in lines[0] and path.endswith(".so") and os.path.exists(path)
+    aot = json.loads(_python(tmp, _RUN)[-1])
+    jit = json.loads(_python(tmp, _RUN, TORCHHPC_AOT="0")[-1])
+    expect = {"sum": 60, "first": 0, "out": [0, 6, 12, 18, 24], "sum32": 60, "squares": [0, 1, 4, 9, 16, 25]}
+    for r in (aot, jit):
+        assert {k: r[k] for k in expect} == expect
+    assert aot["numba"] is False  # the ahead-of-time function ran: numba never imported
+    assert jit["numba"] is True  # TORCHHPC_AOT=0: numba's JIT
+    assert aot["numba_after"] is True  # int32 arrays are not the declared type: they went to numba's JIT
+
+
+def test_the_build_releases_the_gil_and_leaves_only_its_module(built):
+    """Each function releases the GIL around its call (as a ``nogil`` kernel: Python threads run it side by
+    side); the build's work directory is gone and the stale build of older sources removed."""
+    tmp, _, path, stale = built
+    assert b"PyEval_SaveThread" in open(path, "rb").read()
+    assert not os.path.exists(stale)
+    assert sorted(os.listdir(os.path.dirname(path))) == [os.path.basename(path)]
+    again = _python(tmp, _BUILD)
+    assert again == [path]  # built: found, not built again (no notice)
+
+
+def test_a_build_that_fails_leaves_the_jit_and_is_not_tried_again(tmp_path):
+    _write(tmp_path, _BROKEN)
+    first = _python(tmp_path, _BUILD)
+    assert first[-1] == "None" and "could not be built" in first[1] and "compiling" in first[0]
+    assert _python(tmp_path, _BUILD) == ["None"]  # the failure is remembered for these sources
+    r = json.loads(_python(tmp_path, _RUN)[-1])
+    assert r["sum"] == 60 and r["numba"] is True
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_dir() and p.name.startswith(".build")]
+
+
+def test_argument_checks_take_exactly_the_declared_types():
+    arr, i8, b1 = argument_checks("i4[:, ::1], i8, b1")
+    a = np.zeros((3, 4), np.int32)
+    assert arr(a) and not arr(a.T) and not arr(a[:, ::2]) and not arr(a.astype(np.int64)) and not arr(a[0])
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert not arr(ro) and not arr(a.tolist())
+    assert i8(3) and i8(np.int64(3)) and not i8(True) and not i8(np.int32(3)) and not i8(3.0) and not i8(1 << 64)
+    assert b1(True) and b1(np.bool_(False)) and not b1(1)
+    (u,) = argument_checks("u1[::1]")
+    assert u(np.zeros(0, np.uint8)) and not u(np.zeros(4, np.int8))
+    for bad in ("i8[:]", "i8[::1, :]", "c16", "i8[:, :]"):
+        with pytest.raises(ValueError, match="C-ordered"):
+            argument_checks(bad)
