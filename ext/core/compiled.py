@@ -48,6 +48,9 @@ prange = range
 """numba's ``prange`` in a kernel's module: plain ``range`` until the module's kernels are JIT-compiled,
 then ``numba.prange`` (imported from here, so that declaring a parallel kernel does not import numba)."""
 
+_AOT_OPTIONS = {"nogil", "cache"}
+"""numba options of a kernel built ahead of time (pycc compiles with its own flags; the GIL released)."""
+_BUILDING = threading.Lock()  # a build patches pycc's flags and the temporary directory for the process
 _DTYPES = {"u1": np.uint8, "i4": np.int32, "i8": np.int64, "f8": np.float64, "b1": np.bool_}
 _TYPE = re.compile(r"^(u1|i4|i8|f8|b1)(?:\[([:, 1]*)\])?$")
 
@@ -92,7 +95,7 @@ def argument_checks(spec: str) -> tuple[Callable[[object], bool], ...]:
         m = _TYPE.match(arg)
         dims = None if m is None or m.group(2) is None else [d.strip() for d in m.group(2).split(",")]
         if m is None or (dims is not None and (dims[-1] != "::1" or any(d != ":" for d in dims[:-1]))):
-            raise ValueError(f"an ahead-of-time argument must be a scalar or a C-ordered array, not {arg!r}")
+            raise ValueError(f"an ahead-of-time argument is a scalar or a C-ordered array, not {arg!r}")
         dtype = np.dtype(_DTYPES[m.group(1)])
         if dims is not None:
             checks.append(_array_check(dtype, len(dims)))
@@ -100,8 +103,10 @@ def argument_checks(spec: str) -> tuple[Callable[[object], bool], ...]:
             checks.append(lambda a: isinstance(a, (bool, np.bool_)))
         elif m.group(1) == "f8":
             checks.append(lambda a: type(a) is float or isinstance(a, np.float64))
-        else:  # i8 (i4 scalars are not declared: numba types a Python int as int64)
+        elif m.group(1) == "i8":
             checks.append(lambda a: (type(a) is int or isinstance(a, np.int64)) and -(1 << 63) <= a < (1 << 63))
+        else:  # numba types a Python int as int64: a narrower scalar would be truncated where the JIT is not
+            raise ValueError(f"an ahead-of-time scalar is i8, f8 or b1, not {arg!r}")
     return tuple(checks)
 
 
@@ -122,13 +127,18 @@ class Kernel:
         self.__name__, self.__qualname__ = func.__name__, func.__qualname__
         self.__module__, self.__doc__ = func.__module__, func.__doc__
         self.checks = tuple(argument_checks(s) for s in self.aot)  # a bad declaration fails at import
+        if self.aot and set(self.options) - _AOT_OPTIONS:  # pycc compiles with its own flags
+            raise ValueError(f"{func.__name__}: a kernel built ahead of time takes only {sorted(_AOT_OPTIONS)}, "
+                             f"not {sorted(set(self.options) - _AOT_OPTIONS)}")
         self._variants: list | None = None
 
     def export_name(self, i: int) -> str:
         """The name of signature ``i`` in the ahead-of-time module."""
         return f"{self.__module__.rsplit('.', 1)[-1]}__{self.__name__}__{i}"
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            return self.jit()(*args, **kwargs)
         variants = self._variants
         if variants is None:
             variants = self._variants = self.library.variants(self)
@@ -182,9 +192,11 @@ class Library:
             mine = [k for k, v in ns.items() if isinstance(v, Kernel) and v.__module__ == module]
             for k in mine:
                 ns[k] = numba.njit(**ns[k].options)(ns[k].py_func)
-            for k, v in list(ns.items()):  # kernels of other modules named here
+            for k, v in list(ns.items()):  # kernels of other modules named here (their own replaced first)
                 if isinstance(v, Kernel):
-                    ns[k] = v.library.materialize(v.__module__)[v.__name__]
+                    home = vars(importlib.import_module(v.__module__))
+                    ns[k] = home[v.__name__] if not isinstance(home[v.__name__], Kernel) else \
+                        v.library.materialize(v.__module__)[v.__name__]
             return ns
 
     # --- ahead of time ------------------------------------------------------------------------------------
@@ -212,8 +224,13 @@ class Library:
         cpu = hashlib.sha256(_cpu_identity().encode()).hexdigest()[:12]
         return cache_dir() / f"cpu-{cpu}" / f"{self._module_name()}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
 
+    def _prefix(self) -> str:
+        """The name of this install's builds (another checkout or environment keeps its own)."""
+        where = os.path.dirname(importlib.util.find_spec(self.modules[0]).origin)
+        return f"torchhpc_{self.name}_{hashlib.sha256(where.encode()).hexdigest()[:8]}_"
+
     def _module_name(self) -> str:
-        return f"torchhpc_{self.name}_{self.key()}"
+        return f"{self._prefix()}{self.key()}"
 
     def loaded(self):
         """The ahead-of-time module where built for this key (and ``TORCHHPC_AOT`` is not 0), else None."""
@@ -259,60 +276,71 @@ class Library:
         """
         import shutil
         import tempfile
+        import time
         import warnings
 
         kernels = self.declared()  # stand-ins, taken before their modules become numba's
         out = self.path()
         out.parent.mkdir(parents=True, exist_ok=True)
-        work = tempfile.mkdtemp(prefix=f".build-{self.name}-", dir=out.parent)
-        saved_tmp = tempfile.tempdir
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                from numba.core import sigutils
-                from numba.pycc import CC
-                from numba.pycc import compiler as pycc_compiler
+        for old in out.parent.glob(f".build-{self.name}-*"):  # left by a build that was killed an hour ago or more
+            if time.time() - old.stat().st_mtime > 3600:
+                shutil.rmtree(old, ignore_errors=True)
+        with _BUILDING:
+            work = tempfile.mkdtemp(prefix=f".build-{self.name}-", dir=out.parent)
+            saved_tmp = tempfile.tempdir
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    from numba.core import codegen, sigutils
+                    from numba.pycc import CC
+                    from numba.pycc import compiler as pycc_compiler
 
-                cc = CC(self._module_name())
-                cc.output_dir = work
-                cc.target_cpu = "host"
-                for k in kernels:
-                    dispatcher = k.jit()
-                    for i, spec in enumerate(k.aot):
-                        args, _ = sigutils.normalize_signature(f"({spec},)")
-                        dispatcher.compile(args)  # numba's inference gives the result type
-                        cc.export(k.export_name(i), dispatcher.overloads[args].signature)(k.py_func)
-                flags = pycc_compiler.Flags
-                pycc_compiler.Flags = _releasing_gil(flags)
-                tempfile.tempdir = work  # pycc's own build directory goes inside ours
-                try:
-                    cc.compile()
-                finally:
-                    pycc_compiler.Flags = flags
-            built = [p for p in Path(work).iterdir() if p.name.startswith(self._module_name())]
-            if len(built) != 1:
-                raise RuntimeError(f"pycc wrote {[p.name for p in Path(work).iterdir()]}")
-            os.replace(built[0], out)
-            for old in out.parent.glob(f"torchhpc_{self.name}_*"):  # this CPU's builds of older sources
-                if not old.name.startswith(self._module_name()):
-                    old.unlink(missing_ok=True)
-            return out
-        finally:
-            tempfile.tempdir = saved_tmp
-            shutil.rmtree(work, ignore_errors=True)
+                    cc = CC(self._module_name())
+                    cc.output_dir = work
+                    cc.target_cpu = "host"
+                    for k in kernels:
+                        dispatcher = k.jit()
+                        for i, spec in enumerate(k.aot):
+                            args, _ = sigutils.normalize_signature(f"({spec},)")
+                            dispatcher.compile(args)  # numba's inference gives the result type
+                            cc.export(k.export_name(i), dispatcher.overloads[args].signature)(k.py_func)
+                    # pycc's flags with the GIL released (what nogil=True does for the JIT), and this CPU's
+                    # features as the JIT reads them (pycc's "host" takes the CPU model's, which a virtual
+                    # machine may not have); pycc's build directory inside ours
+                    saved = pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features
+                    pycc_compiler.Flags = _releasing_gil(saved[0])
+                    codegen.AOTCPUCodegen._customize_tm_features = codegen.CPUCodegen._get_host_cpu_features
+                    tempfile.tempdir = work
+                    try:
+                        cc.compile()
+                    finally:
+                        pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features = saved
+                built = [p for p in Path(work).iterdir() if p.name.startswith(self._module_name())]
+                if len(built) != 1:
+                    raise RuntimeError(f"pycc wrote {[p.name for p in Path(work).iterdir()]}")
+                os.replace(built[0], out)
+                for old in out.parent.glob(f"{self._prefix()}*"):  # this install's builds of older sources
+                    if not old.name.startswith(self._module_name()):
+                        old.unlink(missing_ok=True)
+                return out
+            finally:
+                tempfile.tempdir = saved_tmp
+                shutil.rmtree(work, ignore_errors=True)
 
     def ensure_built(self, notice: Callable[[str], None] | None = None) -> Path | None:
-        """The ahead-of-time module's path, built first where missing (once per key: a build that failed
-        leaves a note beside it and is not tried again); None where it cannot be had (numba or a C compiler
-        missing, ``TORCHHPC_AOT=0``): the kernels then run through the JIT.  ``notice`` hears one line
-        before a build and one on a failure."""
+        """The ahead-of-time module's path, built first where missing or not loadable; None where it cannot be
+        had (numba missing, ``TORCHHPC_AOT=0``, a build that failed): the kernels then run through the JIT.
+        A failed build leaves a note beside it and is tried again only once the C compiler changes (one
+        installed, say).  ``notice`` hears one line before a build and one on a failure."""
         if not aot_enabled() or importlib.util.find_spec("numba") is None:
             return None
         path = self.path()
         failed = path.with_suffix(".failed")
         if path.exists():
-            return path
-        if failed.exists():
+            if self.loaded() is not None:
+                return path
+            path.unlink(missing_ok=True)  # damaged: built again
+        if failed.exists() and failed.read_text().split("\n", 1)[0] == _toolchain():
             return None
         if notice:
             notice(f"{self.name}: compiling the CPU kernels once into {path.parent} (about half a minute)")
@@ -321,7 +349,7 @@ class Library:
         except Exception as e:  # noqa: BLE001 - any failure leaves the JIT, which works without a C compiler
             try:
                 failed.parent.mkdir(parents=True, exist_ok=True)
-                failed.write_text(f"{type(e).__name__}: {e}\n")
+                failed.write_text(f"{_toolchain()}\n{type(e).__name__}: {e}\n")
             except OSError:  # an unwritable cache: the next command tries again
                 pass
             first = (str(e).strip().splitlines() or [""])[0]
@@ -334,6 +362,16 @@ class Library:
             for k in self._kernels:
                 k._variants = None
         return path
+
+
+def _toolchain() -> str:
+    """The C compiler a build would use (Python's ``CC``, resolved on PATH, and its modification time), or
+    ``none``: a failed build is tried again when this changes."""
+    import shutil
+
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    found = shutil.which(cc)
+    return f"{found} {os.stat(found).st_mtime_ns}" if found else f"{cc}: none"
 
 
 @functools.cache

@@ -92,17 +92,19 @@ def built(tmp_path_factory):
     """The demo library built once: (tmp dir, the build's printed lines, the module's path)."""
     tmp = tmp_path_factory.mktemp("compiled")
     _write(tmp, _KERNELS)
-    # a build of older sources for this CPU: the new build removes it
-    probe = _python(tmp, "import kdemo\nprint(kdemo.LIB.path())")[-1]
-    stale = os.path.join(os.path.dirname(probe), "torchhpc_demo_00000000000000000000.so")
+    # a build of older sources of this install for this CPU: the new build removes it; another install's stays
+    probe, key = _python(tmp, "import kdemo\nprint(kdemo.LIB.path())\nprint(kdemo.LIB.key())")[-2:]
+    stale = probe.replace(key, "0" * 20)
+    other = os.path.join(os.path.dirname(probe), "torchhpc_demo_ffffffff_" + "0" * 20 + ".so")
     os.makedirs(os.path.dirname(stale), exist_ok=True)
-    open(stale, "wb").close()
+    for p in (stale, other):
+        open(p, "wb").close()
     lines = _python(tmp, _BUILD)
-    return tmp, lines, lines[-1], stale
+    return tmp, lines, lines[-1], stale, other
 
 
 def test_a_built_kernel_runs_without_numba_and_gives_the_jits_results(built):
-    tmp, lines, path, _ = built
+    tmp, lines, path, _, _ = built
     assert "compiling the CPU kernels once" in lines[0] and path.endswith(".so") and os.path.exists(path)
     aot = json.loads(_python(tmp, _RUN)[-1])
     jit = json.loads(_python(tmp, _RUN, TORCHHPC_AOT="0")[-1])
@@ -116,11 +118,12 @@ def test_a_built_kernel_runs_without_numba_and_gives_the_jits_results(built):
 
 def test_the_build_releases_the_gil_and_leaves_only_its_module(built):
     """Each function releases the GIL around its call (as a ``nogil`` kernel: Python threads run it side by
-    side); the build's work directory is gone and the stale build of older sources removed."""
-    tmp, _, path, stale = built
+    side); the build's work directory is gone, the stale build of older sources removed and another install's
+    build kept."""
+    tmp, _, path, stale, other = built
     assert b"PyEval_SaveThread" in open(path, "rb").read()
-    assert not os.path.exists(stale)
-    assert sorted(os.listdir(os.path.dirname(path))) == [os.path.basename(path)]
+    assert not os.path.exists(stale) and stale != path
+    assert sorted(os.listdir(os.path.dirname(path))) == sorted([os.path.basename(path), os.path.basename(other)])
     again = _python(tmp, _BUILD)
     assert again == [path]  # built: found, not built again (no notice)
 
@@ -129,7 +132,10 @@ def test_a_build_that_fails_leaves_the_jit_and_is_not_tried_again(tmp_path):
     _write(tmp_path, _BROKEN)
     first = _python(tmp_path, _BUILD)
     assert first[-1] == "None" and "could not be built" in first[1] and "compiling" in first[0]
-    assert _python(tmp_path, _BUILD) == ["None"]  # the failure is remembered for these sources
+    assert _python(tmp_path, _BUILD) == ["None"]  # the failure is remembered for these sources and C compiler
+    (marker,) = (tmp_path / "cache").rglob("*.failed")
+    marker.write_text("another compiler\n" + marker.read_text().split("\n", 1)[1])
+    assert "compiling" in _python(tmp_path, _BUILD)[0]  # a C compiler installed since: tried again
     r = json.loads(_python(tmp_path, _RUN)[-1])
     assert r["sum"] == 60 and r["numba"] is True
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_dir() and p.name.startswith(".build")]
@@ -149,3 +155,16 @@ def test_argument_checks_take_exactly_the_declared_types():
     for bad in ("i8[:]", "i8[::1, :]", "c16", "i8[:, :]"):
         with pytest.raises(ValueError, match="C-ordered"):
             argument_checks(bad)
+    for narrow in ("i4", "u1"):  # numba types a Python int as int64: a narrower scalar would truncate
+        with pytest.raises(ValueError, match="i8, f8 or b1"):
+            argument_checks(narrow)
+
+
+def test_a_kernel_built_ahead_of_time_takes_only_the_options_pycc_keeps():
+    from torchhpc.ext.core.compiled import Library
+
+    lib = Library("demo", ())
+    lib.kernel(nogil=True, cache=True, aot=["i8"])(lambda x: x)
+    lib.kernel(parallel=True, fastmath=True)(lambda x: x)  # JIT only: any option
+    with pytest.raises(ValueError, match="only"):
+        lib.kernel(fastmath=True, aot=["i8"])(lambda x: x)

@@ -121,8 +121,9 @@ def test_torch_thread_count_survives_the_kernels(code_pair):
 
 
 def test_one_thread_stays_one_thread_in_a_fresh_process():
-    """In a fresh process set to one torch thread (numba imported, its OpenMP layer at every core), the
-    filter's kernels leave torch at one thread, so later intervals do not run on every core."""
+    """In a fresh process set to one torch thread (numba imported, its own thread count every core), the
+    filter's kernels leave torch at one thread, so later intervals do not run on every core (with one
+    thread no parallel kernel runs)."""
     import subprocess
     import sys
     import textwrap
