@@ -269,7 +269,7 @@ def test_the_gpu_filter_overlaps_the_gapped_stage_with_the_same_output(monkeypat
 
     from torchhpc.ext.segalign import align
 
-    sim = simulate_pair(6000, substitution_rate=0.05, inversions=1, inversion_length=1500, seed=2)
+    sim = simulate_pair(4000, substitution_rate=0.05, inversions=1, inversion_length=1200, seed=2)
     t, q = from_strings({"t": sim.target}), from_strings({"q": sim.query})
     cfg = AlignConfig(interval=2000, backend="triton")
     events = []  # the two-thread run's filter calls and hand-offs, in the order the filter made them
