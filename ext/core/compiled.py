@@ -29,6 +29,7 @@ threads can run them side by side.  ``TORCHHPC_AOT=0`` keeps a process on the JI
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -238,14 +239,14 @@ class Library:
             if self._loaded is None:
                 self._loaded = False
                 path = self.path() if aot_enabled() else None
-                if path is not None and path.exists():
+                if path is not None and _intact(path):
                     loader = importlib.machinery.ExtensionFileLoader(self._module_name(), str(path))
                     spec = importlib.util.spec_from_file_location(self._module_name(), str(path), loader=loader)
                     try:
                         mod = importlib.util.module_from_spec(spec)
                         loader.exec_module(mod)
                         self._loaded = mod
-                    except (ImportError, OSError):  # not loadable here (a damaged file): the JIT runs
+                    except (ImportError, OSError):  # not loadable here: the JIT runs
                         pass
             return self._loaded or None
 
@@ -283,17 +284,18 @@ class Library:
         out = self.path()
         out.parent.mkdir(parents=True, exist_ok=True)
         for old in out.parent.glob(f".build-{self.name}-*"):  # left by a build that was killed an hour ago or more
-            if time.time() - old.stat().st_mtime > 3600:
-                shutil.rmtree(old, ignore_errors=True)
+            try:
+                if time.time() - old.stat().st_mtime > 3600:
+                    shutil.rmtree(old, ignore_errors=True)
+            except OSError:  # removed meanwhile by the build that owned it
+                pass
         with _BUILDING:
             work = tempfile.mkdtemp(prefix=f".build-{self.name}-", dir=out.parent)
-            saved_tmp = tempfile.tempdir
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    from numba.core import codegen, sigutils
+                    from numba.core import sigutils
                     from numba.pycc import CC
-                    from numba.pycc import compiler as pycc_compiler
 
                     cc = CC(self._module_name())
                     cc.output_dir = work
@@ -304,43 +306,45 @@ class Library:
                             args, _ = sigutils.normalize_signature(f"({spec},)")
                             dispatcher.compile(args)  # numba's inference gives the result type
                             cc.export(k.export_name(i), dispatcher.overloads[args].signature)(k.py_func)
-                    # pycc's flags with the GIL released (what nogil=True does for the JIT), and this CPU's
-                    # features as the JIT reads them (pycc's "host" takes the CPU model's, which a virtual
-                    # machine may not have); pycc's build directory inside ours
-                    saved = pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features
-                    pycc_compiler.Flags = _releasing_gil(saved[0])
-                    codegen.AOTCPUCodegen._customize_tm_features = codegen.CPUCodegen._get_host_cpu_features
-                    tempfile.tempdir = work
-                    try:
+                    with pycc_patched(work):
                         cc.compile()
-                    finally:
-                        pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features = saved
                 built = [p for p in Path(work).iterdir() if p.name.startswith(self._module_name())]
                 if len(built) != 1:
                     raise RuntimeError(f"pycc wrote {[p.name for p in Path(work).iterdir()]}")
+                # the module's digest beside it, then the module: a file that does not match its digest
+                # (truncated, damaged) is never loaded (loading a truncated library kills the process)
+                digest = built[0].with_suffix(".sha256")
+                digest.write_text(hashlib.sha256(built[0].read_bytes()).hexdigest())
+                os.replace(digest, out.with_suffix(".sha256"))
                 os.replace(built[0], out)
                 for old in out.parent.glob(f"{self._prefix()}*"):  # this install's builds of older sources
                     if not old.name.startswith(self._module_name()):
                         old.unlink(missing_ok=True)
                 return out
             finally:
-                tempfile.tempdir = saved_tmp
                 shutil.rmtree(work, ignore_errors=True)
 
-    def ensure_built(self, notice: Callable[[str], None] | None = None) -> Path | None:
+    def ensure_built(self, notice: Callable[[str], None] | None = None, force: bool = False) -> Path | None:
         """The ahead-of-time module's path, built first where missing or not loadable; None where it cannot be
-        had (numba missing, ``TORCHHPC_AOT=0``, a build that failed): the kernels then run through the JIT.
-        A failed build leaves a note beside it and is tried again only once the C compiler changes (one
-        installed, say).  ``notice`` hears one line before a build and one on a failure."""
+        had (numba missing, ``TORCHHPC_AOT=0``, an unreadable cache, a build that failed): the kernels then run
+        through the JIT.  A failed build leaves a note beside it and is tried again only once the C compiler
+        or Python's headers change (or with ``force``).  ``notice`` hears one line before a build and one on a
+        failure."""
         if not aot_enabled() or importlib.util.find_spec("numba") is None:
             return None
-        path = self.path()
-        failed = path.with_suffix(".failed")
-        if path.exists():
-            if self.loaded() is not None:
-                return path
-            path.unlink(missing_ok=True)  # damaged: built again
-        if failed.exists() and failed.read_text().split("\n", 1)[0] == _toolchain():
+        try:
+            path = self.path()
+            failed = path.with_suffix(".failed")
+            if path.exists():
+                with self._lock:
+                    if self._loaded is False:  # looked for before another process built it: look again
+                        self._loaded = None
+                if self.loaded() is not None:
+                    return path
+                # not loadable (damaged): built again, replacing it in one rename
+            elif not force and failed.exists() and failed.read_text().split("\n", 1)[0] == _toolchain():
+                return None
+        except (OSError, ValueError):  # a cache this process cannot read: the JIT
             return None
         if notice:
             notice(f"{self.name}: compiling the CPU kernels once into {path.parent} (about half a minute)")
@@ -364,14 +368,53 @@ class Library:
         return path
 
 
+def _intact(path: Path) -> bool:
+    """Whether the module at ``path`` is there and matches the digest its build wrote beside it."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == path.with_suffix(".sha256").read_text().strip()
+    except OSError:
+        return False
+
+
 def _toolchain() -> str:
-    """The C compiler a build would use (Python's ``CC``, resolved on PATH, and its modification time), or
-    ``none``: a failed build is tried again when this changes."""
+    """What a build needs from the system: the C compiler it would use (``$CC``, else Python's ``CC``,
+    resolved on PATH, with its modification time) and whether Python's headers are there.  A failed build
+    is tried again when this changes."""
     import shutil
 
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     found = shutil.which(cc)
-    return f"{found} {os.stat(found).st_mtime_ns}" if found else f"{cc}: none"
+    try:
+        compiler = f"{found} {os.stat(found).st_mtime_ns}" if found else f"{cc}: none"
+    except OSError:
+        compiler = f"{cc}: unreadable"
+    headers = os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))
+    return f"{compiler} | Python.h {'present' if headers else 'missing'}"
+
+
+@contextlib.contextmanager
+def pycc_patched(work: str):
+    """numba's pycc as :meth:`Library.build` needs it, for the ``with`` block: its compile flags with the GIL
+    released around each call (what ``nogil=True`` does for the JIT), this CPU's features as the JIT reads
+    them (pycc's ``host`` takes the CPU model's, which a virtual machine may mask), and its temporary build
+    directory inside ``work``.  Process-wide: hold the build lock."""
+    import tempfile
+    import warnings
+
+    from numba.core import codegen
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's notice that pycc is pending deprecation
+        from numba.pycc import compiler as pycc_compiler
+
+    saved = pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features, tempfile.tempdir
+    pycc_compiler.Flags = _releasing_gil(saved[0])
+    codegen.AOTCPUCodegen._customize_tm_features = codegen.CPUCodegen._get_host_cpu_features
+    tempfile.tempdir = work
+    try:
+        yield
+    finally:
+        pycc_compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features, tempfile.tempdir = saved
 
 
 @functools.cache

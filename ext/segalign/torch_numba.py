@@ -109,5 +109,5 @@ __all__ = ["KERNELS", "as_array", "cpu_threads", "host", "is_tensor", "keep_torc
 
 
 if __name__ == "__main__":  # python -m torchhpc.ext.segalign.torch_numba: build the ahead-of-time kernels
-    path = KERNELS.ensure_built(notice=lambda line: print(line, file=sys.stderr))
+    path = KERNELS.ensure_built(notice=lambda line: print(line, file=sys.stderr), force=True)
     print(path if path is not None else "not built: numba's JIT runs the kernels")

@@ -123,7 +123,8 @@ def test_the_build_releases_the_gil_and_leaves_only_its_module(built):
     tmp, _, path, stale, other = built
     assert b"PyEval_SaveThread" in open(path, "rb").read()
     assert not os.path.exists(stale) and stale != path
-    assert sorted(os.listdir(os.path.dirname(path))) == sorted([os.path.basename(path), os.path.basename(other)])
+    digest = path[: -len(".so")] + ".sha256"  # the module's digest, checked before it is loaded
+    assert sorted(os.listdir(os.path.dirname(path))) == sorted(os.path.basename(p) for p in (path, digest, other))
     again = _python(tmp, _BUILD)
     assert again == [path]  # built: found, not built again (no notice)
 
@@ -168,3 +169,39 @@ def test_a_kernel_built_ahead_of_time_takes_only_the_options_pycc_keeps():
     lib.kernel(parallel=True, fastmath=True)(lambda x: x)  # JIT only: any option
     with pytest.raises(ValueError, match="only"):
         lib.kernel(fastmath=True, aot=["i8"])(lambda x: x)
+
+
+def test_pycc_builds_with_this_cpus_features_and_the_gil_released(tmp_path):
+    """Inside :func:`pycc_patched` an ahead-of-time code generator for ``host`` gets this CPU's features as
+    numba's JIT reads them (pycc alone passes none: the CPU model's defaults, which a VM may mask), pycc's
+    flags release the GIL and its temporary files go to the build's directory; all restored after."""
+    import tempfile
+    import warnings
+
+    from numba.core import codegen
+
+    from torchhpc.ext.core.compiled import pycc_patched
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's notice that pycc is pending deprecation
+        from numba.pycc import compiler as pycc_compiler
+
+    before = tempfile.gettempdir()
+    assert codegen.AOTCPUCodegen("plain", cpu_name="host")._tm_features == ""
+    with pycc_patched(str(tmp_path)):
+        gen = codegen.AOTCPUCodegen("patched", cpu_name="host")
+        assert gen._tm_features and gen._tm_features == codegen.CPUCodegen._get_host_cpu_features(gen)
+        assert pycc_compiler.Flags().release_gil and tempfile.gettempdir() == str(tmp_path)
+    assert codegen.AOTCPUCodegen("after", cpu_name="host")._tm_features == ""
+    assert not pycc_compiler.Flags().release_gil and tempfile.gettempdir() == before
+
+
+def test_a_damaged_module_is_built_again(built):
+    """A module file that does not match its build's digest (truncated, say: loading it would kill the
+    process) is built again in place and then runs."""
+    tmp, _, path, _, _ = built
+    with open(path, "r+b") as f:
+        f.truncate(1000)
+    lines = _python(tmp, _BUILD)
+    assert "compiling" in lines[0] and lines[-1] == path
+    assert json.loads(_python(tmp, _RUN)[-1])["numba"] is False
