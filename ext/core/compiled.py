@@ -14,7 +14,7 @@ A kernel is a stand-in that numba does not see until it must:
 
 * where the library's ahead-of-time module is built (:meth:`Library.build`: numba's ``pycc`` compiles every
   declared signature into one extension module for this CPU, kept in :func:`cache_dir` under a key of the
-  sources, the compiler and the CPU) and a call's arguments have one of the declared types exactly (an
+  sources and the compiler's versions, in a directory of the CPU's own) and a call's arguments have one of the declared types exactly (an
   array's dtype, dimensions, C order, writable; ``i8`` a Python or NumPy int, ``b1`` a bool), the call runs
   the compiled function: no numba import.  Arguments of any other type are never handed to it (the module
   does not check them);
@@ -85,11 +85,12 @@ def _split_args(spec: str) -> list[str]:
 
 
 def argument_checks(spec: str) -> tuple[Callable[[object], bool], ...]:
-    """One check per argument of a signature in numba's notation (``u1``, ``i4``, ``i8``, ``f8``, ``b1``;
-    C-ordered arrays ``i8[::1]``, ``i4[:, ::1]``, ...): whether a value is exactly of that type.
+    """One check per argument of a signature in numba's notation (scalars ``i8``, ``f8``, ``b1``; C-ordered
+    arrays of ``u1``, ``i4``, ``i8``, ``f8``, ``b1``: ``i8[::1]``, ``i4[:, ::1]``, ...): whether a value is
+    exactly of that type.
 
     Raises:
-        ValueError: a type this module does not declare (only C-ordered arrays of those dtypes).
+        ValueError: any other type (a narrower scalar, an array not declared C-ordered).
     """
     checks = []
     for arg in _split_args(spec):
@@ -280,6 +281,8 @@ class Library:
         import time
         import warnings
 
+        from .runs import atomic_write_text
+
         kernels = self.declared()  # stand-ins, taken before their modules become numba's
         out = self.path()
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -313,9 +316,7 @@ class Library:
                     raise RuntimeError(f"pycc wrote {[p.name for p in Path(work).iterdir()]}")
                 # the module's digest beside it, then the module: a file that does not match its digest
                 # (truncated, damaged) is never loaded (loading a truncated library kills the process)
-                digest = built[0].with_suffix(".sha256")
-                digest.write_text(hashlib.sha256(built[0].read_bytes()).hexdigest())
-                os.replace(digest, out.with_suffix(".sha256"))
+                atomic_write_text(out.with_suffix(".sha256"), hashlib.sha256(built[0].read_bytes()).hexdigest())
                 os.replace(built[0], out)
                 for old in out.parent.glob(f"{self._prefix()}*"):  # this install's builds of older sources
                     if not old.name.startswith(self._module_name()):
@@ -351,9 +352,10 @@ class Library:
         try:
             self.build()
         except Exception as e:  # noqa: BLE001 - any failure leaves the JIT, which works without a C compiler
+            from .runs import atomic_write_text
+
             try:
-                failed.parent.mkdir(parents=True, exist_ok=True)
-                failed.write_text(f"{_toolchain()}\n{type(e).__name__}: {e}\n")
+                atomic_write_text(failed, f"{_toolchain()}\n{type(e).__name__}: {e}\n")
             except OSError:  # an unwritable cache: the next command tries again
                 pass
             first = (str(e).strip().splitlines() or [""])[0]
